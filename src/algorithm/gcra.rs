@@ -1,0 +1,249 @@
+//! The token bucket, as GCRA arithmetic over an injected `now` (SPEC §3).
+//!
+//! # Why this engine is ours and not governor's
+//!
+//! governor supplies this crate's [`Quota`](crate::Quota) semantics and clocks, but its
+//! limiters cannot express what the SPEC requires of a decision:
+//!
+//! - **several quotas admitted atomically** (`rate = ["100/min", "5/s"]`): governor checks
+//!   one quota per state cell; checking two limiters in turn takes from the first when the
+//!   second denies, which SPEC §3 forbids;
+//! - **caller timestamps** (`check_at`, replaying logs in any order) and **peek** (state
+//!   without consuming): governor always reads its own clock and always consumes;
+//! - **exact remaining / reset / next-token figures** for the `RateLimit` headers, from the
+//!   same reading of the clock that decided;
+//! - **carrying state across reloads** and **strict mode**, which need the raw theoretical
+//!   arrival times, not governor's opaque state;
+//! - an **async, possibly remote** store: governor's `StateStore` is a synchronous
+//!   compare-and-swap on one `u64`, which a Redis backend cannot implement.
+//!
+//! So this is the one engine: pure functions over theoretical arrival times (TATs), no I/O,
+//! no clock of its own, used by every store. It is the same algorithm governor implements
+//! (the generic cell rate algorithm), with the same meaning of burst and interval.
+//!
+//! # The arithmetic
+//!
+//! Each quota has an emission interval `T = period / count` and a capacity
+//! `τ = burst × T`. Its state is one TAT: the time at which the bucket will be full again.
+//! A request of cost `c` at time `now` moves it to `max(TAT, now) + c·T`, and is admitted
+//! when that is at most `now + τ` — i.e. when `c` tokens are available. A fresh bucket
+//! (TAT ≤ now) is full. A denied request changes nothing.
+
+use crate::Quota;
+use crate::decision::Decision;
+use std::time::Duration;
+
+/// Decides a request of `cost` tokens at `now` against `quotas`, whose TATs are `tats`.
+///
+/// With `commit`, an admitted request's tokens are taken from every quota; a denial never
+/// takes anything. `tats` and `quotas` have the same length (one TAT per quota).
+pub(crate) fn decide(
+    tats: &mut [u64],
+    quotas: &[Quota],
+    cost: u64,
+    now: u64,
+    commit: bool,
+) -> Decision {
+    let allowed = tats.iter().zip(quotas).all(|(&tat, quota)| {
+        let after = tat.max(now).saturating_add(cost.saturating_mul(quota.interval_nanos()));
+        after - now <= quota.capacity_nanos()
+    });
+
+    let mut described = Decision::unlimited();
+    let mut reset = 0;
+    for (index, (tat, quota)) in tats.iter_mut().zip(quotas).enumerate() {
+        let interval = quota.interval_nanos();
+        let capacity = quota.capacity_nanos();
+        let start = (*tat).max(now);
+        let taken = start.saturating_add(cost.saturating_mul(interval));
+        // A consuming admission reports the bucket after it; a peek or denial, as it stands.
+        let state = if allowed && commit { taken } else { start };
+        if allowed && commit {
+            *tat = taken;
+        }
+        // Time until this quota is full again, and what that leaves now.
+        let debt = state - now;
+        reset = reset.max(debt);
+        let candidate = Decision {
+            allowed,
+            remaining: capacity.saturating_sub(debt) / interval,
+            limit: u64::from(quota.burst()),
+            window: quota.window(),
+            retry_after: Duration::from_nanos(if allowed {
+                0
+            } else {
+                taken.saturating_sub(capacity).saturating_sub(now)
+            }),
+            reset: Duration::ZERO,
+            next_token: Duration::from_nanos(next_token(debt, capacity, interval)),
+            quota: index,
+        };
+        let more_restrictive = index == 0
+            || if allowed {
+                (candidate.remaining, std::cmp::Reverse(candidate.next_token))
+                    < (described.remaining, std::cmp::Reverse(described.next_token))
+            } else {
+                candidate.retry_after > described.retry_after
+            };
+        if more_restrictive {
+            described = candidate;
+        }
+    }
+    described.reset = Duration::from_nanos(reset);
+    described
+}
+
+/// Time until one more whole token is available, given `debt` (time until full).
+fn next_token(debt: u64, capacity: u64, interval: u64) -> u64 {
+    if debt == 0 {
+        0
+    } else if debt > capacity {
+        // Deeper than empty (a strict-mode penalty): first climb back to zero tokens.
+        debt - capacity + interval
+    } else {
+        match debt % interval {
+            0 => interval,
+            partial => partial,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+
+    const SECOND: u64 = 1_000_000_000;
+    const NOW: u64 = 1_000 * SECOND;
+
+    fn quota(rate: &str, burst: u32) -> Quota {
+        Quota::new(rate.parse().unwrap(), NonZeroU32::new(burst).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn burst_then_deny_then_refill_after_exactly_one_interval() {
+        let quotas = [quota("10/s", 3)];
+        let mut tats = [0];
+        for expected_remaining in [2, 1, 0] {
+            let d = decide(&mut tats, &quotas, 1, NOW, true);
+            assert!(d.allowed);
+            assert_eq!(d.remaining, expected_remaining);
+        }
+        let denied = decide(&mut tats, &quotas, 1, NOW, true);
+        assert!(!denied.allowed);
+        assert_eq!(denied.retry_after, Duration::from_millis(100));
+        assert_eq!(denied.remaining, 0);
+        assert_eq!(denied.reset, Duration::from_millis(300));
+
+        let early = decide(&mut tats, &quotas, 1, NOW + SECOND / 10 - 1, true);
+        assert!(!early.allowed);
+        assert_eq!(early.retry_after, Duration::from_nanos(1));
+        let on_time = decide(&mut tats, &quotas, 1, NOW + SECOND / 10, true);
+        assert!(on_time.allowed);
+        assert_eq!(on_time.remaining, 0);
+    }
+
+    #[test]
+    fn cost_takes_several_tokens() {
+        let quotas = [quota("10/s", 10)];
+        let mut tats = [0];
+        let d = decide(&mut tats, &quotas, 4, NOW, true);
+        assert_eq!((d.allowed, d.remaining), (true, 6));
+        let d = decide(&mut tats, &quotas, 4, NOW, true);
+        assert_eq!((d.allowed, d.remaining), (true, 2));
+        let d = decide(&mut tats, &quotas, 4, NOW, true);
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 2);
+        // Two more tokens are needed: 200 ms.
+        assert_eq!(d.retry_after, Duration::from_millis(200));
+    }
+
+    #[test]
+    fn a_denial_takes_nothing_from_any_quota() {
+        let quotas = [quota("100/min", 100), quota("2/s", 2)];
+        let mut tats = [0, 0];
+        assert!(decide(&mut tats, &quotas, 1, NOW, true).allowed);
+        assert!(decide(&mut tats, &quotas, 1, NOW, true).allowed);
+        let before = tats;
+        let denied = decide(&mut tats, &quotas, 1, NOW, true);
+        assert!(!denied.allowed);
+        assert_eq!(tats, before, "the per-minute quota kept its tokens");
+        assert_eq!(denied.quota, 1, "the per-second quota is the one that denied");
+        assert_eq!(denied.limit, 2);
+        assert_eq!(denied.retry_after, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn the_most_restrictive_quota_is_described() {
+        let quotas = [quota("10/min", 10), quota("5/s", 5)];
+        let mut tats = [0, 0];
+        let d = decide(&mut tats, &quotas, 1, NOW, true);
+        assert_eq!((d.quota, d.remaining, d.limit), (1, 4, 5));
+        assert_eq!(d.window, Duration::from_secs(1));
+        // One request a second: the per-second quota stays nearly full while the
+        // per-minute one drains (8 more taken, 8/6 refilled: 2 left).
+        let mut last = d;
+        for step in 1..=8 {
+            last = decide(&mut tats, &quotas, 1, NOW + step * SECOND, true);
+        }
+        assert_eq!((last.quota, last.remaining, last.limit), (0, 2, 10));
+        assert_eq!(last.window, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn peek_changes_nothing() {
+        let quotas = [quota("1/s", 1)];
+        let mut tats = [0];
+        let d = decide(&mut tats, &quotas, 1, NOW, false);
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 1, "a peek reports the bucket as it stands");
+        assert_eq!(tats, [0]);
+    }
+
+    #[test]
+    fn next_token_and_reset() {
+        let quotas = [quota("1/s", 5)];
+        let mut tats = [0];
+        let full = decide(&mut tats, &quotas, 1, NOW, false);
+        assert_eq!(full.next_token, Duration::ZERO);
+        assert_eq!(full.reset, Duration::ZERO);
+        let d = decide(&mut tats, &quotas, 2, NOW, true);
+        assert_eq!(d.next_token, Duration::from_secs(1));
+        assert_eq!(d.reset, Duration::from_secs(2));
+        let later = decide(&mut tats, &quotas, 1, NOW + SECOND / 4, false);
+        assert_eq!(later.remaining, 3);
+        assert_eq!(later.next_token, Duration::from_millis(750));
+        assert_eq!(later.reset, Duration::from_millis(1750));
+    }
+
+    #[test]
+    fn out_of_order_timestamps_do_not_corrupt_state() {
+        let quotas = [quota("1/s", 2)];
+        let mut tats = [0];
+        assert!(decide(&mut tats, &quotas, 1, NOW + 10 * SECOND, true).allowed);
+        // An older event: the bucket is judged as it stood, never refilled by going back.
+        let old = decide(&mut tats, &quotas, 1, NOW, true);
+        assert!(!old.allowed);
+        assert!(decide(&mut tats, &quotas, 1, NOW + 10 * SECOND, true).allowed);
+    }
+
+    #[test]
+    fn agrees_with_governor_on_a_burst_and_a_refill() {
+        use governor::{RateLimiter, clock::FakeRelativeClock};
+        let ours = quota("3/s", 3);
+        let clock = FakeRelativeClock::default();
+        let theirs = RateLimiter::direct_with_clock(ours.to_governor(), clock.clone());
+        let mut tats = [0];
+        let mut now = NOW;
+        for step in 0..200u64 {
+            let advance = (step * 7_919) % 500;
+            clock.advance(Duration::from_millis(advance));
+            now += advance * 1_000_000;
+            assert_eq!(
+                decide(&mut tats, &[ours], 1, now, true).allowed,
+                theirs.check().is_ok(),
+                "step {step}"
+            );
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Config errors that say where: file, line, column, and what is wrong (SPEC §3, §5).
+
+use std::fmt;
+use std::io;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// One problem in one file.
+///
+/// ```
+/// use tollgate::config::Diagnostic;
+///
+/// let diagnostic = Diagnostic {
+///     file: "limits.toml".into(),
+///     line: 3,
+///     column: 8,
+///     message: "burst must be at least 1".into(),
+/// };
+/// assert_eq!(diagnostic.to_string(), "limits.toml:3:8: burst must be at least 1");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// The file, as it was named to [`Limits::load`](crate::Limits::load).
+    pub file: PathBuf,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
+    /// What is wrong, lower-case, quoting the offending value.
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file.display(),
+            self.line,
+            self.column,
+            self.message
+        )
+    }
+}
+
+/// Why a set of config files was refused. Nothing of a refused set is applied.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No file was named.
+    #[error("no config files given")]
+    NoFiles,
+    /// A file could not be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// The files were read but are not a valid config; every problem found is listed.
+    #[error("{}", Lines(.0))]
+    Invalid(Vec<Diagnostic>),
+}
+
+impl ConfigError {
+    /// The located problems, if the files were readable.
+    pub fn diagnostics(&self) -> &[Diagnostic] {
+        match self {
+            ConfigError::Invalid(diagnostics) => diagnostics,
+            _ => &[],
+        }
+    }
+}
+
+struct Lines<'a>(&'a [Diagnostic]);
+
+impl fmt::Display for Lines<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, diagnostic) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{diagnostic}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A config file's text, for turning byte spans into lines and columns.
+#[derive(Clone, Debug)]
+pub(crate) struct Source {
+    pub(crate) path: PathBuf,
+    pub(crate) text: String,
+}
+
+impl Source {
+    pub(crate) fn new(path: impl AsRef<Path>, text: impl Into<String>) -> Source {
+        Source {
+            path: path.as_ref().to_path_buf(),
+            text: text.into(),
+        }
+    }
+
+    /// A diagnostic at the start of `span`.
+    pub(crate) fn at(&self, span: Range<usize>, message: impl Into<String>) -> Diagnostic {
+        let offset = span.start.min(self.text.len());
+        let before = self.text.get(..offset).unwrap_or("");
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before.get(line_start..).map_or(0, |s| s.chars().count()) + 1;
+        Diagnostic {
+            file: self.path.clone(),
+            line,
+            column,
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_become_lines_and_columns() {
+        let source = Source::new("a.toml", "x = 1\n\ny = \"é\" z\n");
+        let at = |offset: usize| {
+            let d = source.at(offset..offset + 1, "m");
+            (d.line, d.column)
+        };
+        assert_eq!(at(0), (1, 1));
+        assert_eq!(at(4), (1, 5));
+        assert_eq!(at(7), (3, 1));
+        // "é" is two bytes but one column: `z` is the ninth character.
+        assert_eq!(at(16), (3, 9));
+        assert_eq!(at(1_000), (4, 1));
+    }
+
+    #[test]
+    fn several_problems_print_one_per_line() {
+        let source = Source::new("a.toml", "a\nb\n");
+        let error = ConfigError::Invalid(vec![source.at(0..1, "first"), source.at(2..3, "second")]);
+        assert_eq!(error.to_string(), "a.toml:1:1: first\na.toml:2:1: second");
+    }
+}

@@ -1,0 +1,15 @@
+//! Limits as people write them: TOML files (SPEC §3), parsed, validated and compiled.
+//!
+//! Parsing keeps spans; validation reports every problem with file, line and column;
+//! compiling builds the immutable [`RuleSet`] the layer reads.
+
+mod error;
+mod rate;
+mod raw;
+pub(crate) mod rules;
+
+pub(crate) use error::Source;
+pub use error::{ConfigError, Diagnostic};
+pub use rate::{Rate, RateError};
+pub use raw::Per;
+pub use rules::{Limit, Origin, Rule, RuleSet};

@@ -1,0 +1,197 @@
+//! The config as written: serde structs as close to the TOML as possible.
+//!
+//! Nothing here judges values; [`super::rules`] validates and compiles. Every table refuses
+//! unknown fields, and values keep their spans so errors can point at them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Range;
+
+use serde::de::{self, IntoDeserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use toml::Spanned;
+
+use crate::response::HeaderStyle;
+
+/// One config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFile {
+    #[serde(default)]
+    pub(crate) key: RawKey,
+    #[serde(default)]
+    pub(crate) client: RawClient,
+    #[serde(default)]
+    pub(crate) response: RawResponse,
+    #[serde(default)]
+    pub(crate) limits: BTreeMap<Spanned<String>, Spanned<RawRule>>,
+}
+
+/// `[key]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawKey {
+    pub(crate) case_insensitive: Option<bool>,
+    pub(crate) max_depth: Option<Spanned<i64>>,
+}
+
+/// `[client]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawClient {
+    pub(crate) sources: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) trusted_proxies: Option<Vec<Spanned<String>>>,
+    pub(crate) ipv6_prefix: Option<Spanned<i64>>,
+}
+
+/// `[response]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawResponse {
+    pub(crate) status: Option<Spanned<i64>>,
+    pub(crate) headers: Option<HeaderStyle>,
+    pub(crate) body: Option<String>,
+    pub(crate) content_type: Option<Spanned<String>>,
+}
+
+/// `per = "client" | "global"`
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Per {
+    /// One bucket per client (the default).
+    #[default]
+    Client,
+    /// One bucket shared by every client.
+    Global,
+}
+
+/// One entry of `[limits]`: a bare rate string or a table.
+#[derive(Debug, Default)]
+pub(crate) struct RawRule {
+    pub(crate) rate: Option<Spanned<OneOrMany<String>>>,
+    pub(crate) burst: Option<Spanned<OneOrMany<i64>>>,
+    pub(crate) cost: Option<Spanned<i64>>,
+    pub(crate) per: Option<Per>,
+    pub(crate) unlimited: Option<Spanned<bool>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRuleTable {
+    rate: Option<Spanned<OneOrMany<String>>>,
+    burst: Option<Spanned<OneOrMany<i64>>>,
+    cost: Option<Spanned<i64>>,
+    per: Option<Per>,
+    unlimited: Option<Spanned<bool>>,
+}
+
+impl<'de> Deserialize<'de> for RawRule {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct RuleVisitor;
+
+        impl<'de> Visitor<'de> for RuleVisitor {
+            type Value = RawRule;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a rate string such as \"100/min\" or a table with `rate`")
+            }
+
+            fn visit_str<E: de::Error>(self, rate: &str) -> Result<RawRule, E> {
+                // The bare form has no inner span; the rule's own span stands in (0..0 here).
+                Ok(RawRule {
+                    rate: Some(Spanned::new(0..0, OneOrMany(vec![(rate.to_owned(), None)]))),
+                    ..RawRule::default()
+                })
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawRule, A::Error> {
+                let table = RawRuleTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(RawRule {
+                    rate: table.rate,
+                    burst: table.burst,
+                    cost: table.cost,
+                    per: table.per,
+                    unlimited: table.unlimited,
+                })
+            }
+        }
+
+        deserializer.deserialize_any(RuleVisitor)
+    }
+}
+
+/// A value that may be written once or as an array, each item with its span if known.
+#[derive(Debug, Default)]
+pub(crate) struct OneOrMany<T>(pub(crate) Vec<(T, Option<Range<usize>>)>);
+
+impl<'de, T> Deserialize<'de> for OneOrMany<T>
+where
+    T: Deserialize<'de>,
+{
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct OneOrManyVisitor<T>(PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for OneOrManyVisitor<T> {
+            type Value = OneOrMany<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a value or an array of values")
+            }
+
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<Self::Value, E> {
+                Ok(OneOrMany(vec![(T::deserialize(value.into_deserializer())?, None)]))
+            }
+
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<Self::Value, E> {
+                Ok(OneOrMany(vec![(T::deserialize(value.into_deserializer())?, None)]))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<Spanned<T>>()? {
+                    let span = item.span();
+                    items.push((item.into_inner(), Some(span)));
+                }
+                Ok(OneOrMany(items))
+            }
+        }
+
+        deserializer.deserialize_any(OneOrManyVisitor(PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_and_table_rules_parse() {
+        let file: RawFile = toml::from_str(
+            r#"
+            [limits]
+            "api" = "100/min"
+            "login" = { rate = ["5/min", "1/s"], burst = [5, 1], cost = 1, per = "global" }
+            "#,
+        )
+        .unwrap();
+        let api = file.limits.iter().find(|(k, _)| k.get_ref() == "api").unwrap().1;
+        let rates = &api.get_ref().rate.as_ref().unwrap().get_ref().0;
+        assert_eq!(rates[0].0, "100/min");
+        let login = file.limits.iter().find(|(k, _)| k.get_ref() == "login").unwrap().1;
+        let login = login.get_ref();
+        assert_eq!(login.rate.as_ref().unwrap().get_ref().0.len(), 2);
+        assert!(login.rate.as_ref().unwrap().get_ref().0[1].1.is_some());
+        assert_eq!(login.per, Some(Per::Global));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err = toml::from_str::<RawFile>("[limits.api]\nrate = \"1/s\"\nbrust = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `brust`"), "{err}");
+        let err = toml::from_str::<RawFile>("[limitz]\n").unwrap_err().to_string();
+        assert!(err.contains("unknown field `limitz`"), "{err}");
+    }
+}

@@ -1,0 +1,814 @@
+//! Validated, compiled rules: parse → validate → compile, once per load (STYLE habit 5).
+//!
+//! [`RuleSet`] is immutable. Finding a request's rule walks a segment trie: one hash probe
+//! per route segment plus at most one for the client, however many rules there are.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::num::NonZeroU32;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use http::{HeaderName, HeaderValue, StatusCode};
+use ipnet::IpNet;
+use toml::Spanned;
+
+use super::error::{Diagnostic, Source};
+use super::raw::{OneOrMany, Per, RawFile, RawRule};
+use super::rate::Rate;
+use crate::Quota;
+use crate::key::{ClientSettings, ClientSource, RouteSettings, TrustedProxies, normalize_route};
+use crate::response::{BodyTemplate, ResponseSettings};
+use crate::store::RuleId;
+
+/// The whole active configuration: rules, and how keys and responses are made.
+///
+/// ```
+/// use tollgate::Limits;
+///
+/// let limits = Limits::from_toml(r#"
+///     [limits]
+///     "/" = "20/s"
+///     "api" = "100/min"
+///     "api/search/192.168.11.3" = { rate = "100/s", burst = 500 }
+/// "#)?;
+/// let rules = limits.rules();
+/// assert_eq!(rules.resolve("api/search", "203.0.113.7").unwrap().name(), "api");
+/// assert_eq!(rules.resolve("api/search", "192.168.11.3").unwrap().name(), "api/search/192.168.11.3");
+/// assert_eq!(rules.resolve("apiv2/search", "203.0.113.7").unwrap().name(), "/");
+/// # Ok::<(), tollgate::config::ConfigError>(())
+/// ```
+#[derive(Debug)]
+pub struct RuleSet {
+    rules: Vec<Rule>,
+    table: PrefixTable,
+    route: RouteSettings,
+    client: ClientSettings,
+    response: Arc<ResponseSettings>,
+    files: Vec<PathBuf>,
+}
+
+/// One validated rule.
+#[derive(Debug)]
+pub struct Rule {
+    key: String,
+    name: String,
+    id: RuleId,
+    limit: Limit,
+    origin: Origin,
+    policy_name: String,
+    policies: Vec<HeaderValue>,
+}
+
+/// What a rule does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Limit {
+    /// `unlimited = true`: no bucket, no headers.
+    Unlimited,
+    /// A bucket per client (or one global bucket) with one or more quotas.
+    Limited {
+        /// Every quota must admit a request.
+        quotas: Vec<Quota>,
+        /// Tokens each request takes.
+        cost: u64,
+        /// Per client, or one bucket for everyone.
+        per: Per,
+    },
+}
+
+/// Where a rule was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line of the rule's key.
+    pub line: usize,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file.display(), self.line)
+    }
+}
+
+impl Rule {
+    /// The normalised key (`""` for the root rule).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The key as shown to people and in `RateLimit-Policy`: `"/"` for the root rule.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The id its buckets are stored under.
+    pub fn id(&self) -> RuleId {
+        self.id
+    }
+
+    /// What it limits.
+    pub fn limit(&self) -> &Limit {
+        &self.limit
+    }
+
+    /// Where it was written (the last file that set it, for layered configs).
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// The rule's name as a structured-field string, for the `RateLimit` header.
+    pub(crate) fn policy_name(&self) -> &str {
+        &self.policy_name
+    }
+
+    /// The precomputed `RateLimit-Policy` value for quota `index`.
+    pub(crate) fn policy(&self, index: usize) -> Option<&HeaderValue> {
+        self.policies.get(index)
+    }
+}
+
+impl RuleSet {
+    /// The rule whose key is the longest segment prefix of `route "/" client`, if any.
+    ///
+    /// `route` must already be normalised (see [`normalize_route`]).
+    pub fn resolve(&self, route: &str, client: &str) -> Option<&Rule> {
+        self.resolve_with(route, || client.into())
+            .and_then(|index| self.rules.get(index))
+    }
+
+    /// As [`resolve`](Self::resolve), asking for the client segment only if some rule could
+    /// name a client at this route.
+    pub(crate) fn resolve_with<'c>(
+        &self,
+        route: &str,
+        client: impl FnOnce() -> std::borrow::Cow<'c, str>,
+    ) -> Option<usize> {
+        self.table
+            .longest_prefix(route, client, self.route.case_insensitive)
+    }
+
+    /// The rule at `index` from [`resolve_with`](Self::resolve_with).
+    pub(crate) fn rule(&self, index: usize) -> Option<&Rule> {
+        self.rules.get(index)
+    }
+
+    /// All rules, sorted by key.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// How paths become routes.
+    pub fn route_settings(&self) -> &RouteSettings {
+        &self.route
+    }
+
+    /// How clients are identified.
+    pub fn client_settings(&self) -> &ClientSettings {
+        &self.client
+    }
+
+    /// What a denial looks like.
+    pub fn response(&self) -> &Arc<ResponseSettings> {
+        &self.response
+    }
+
+    /// The files this set was loaded from, in order.
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+
+    /// Validates and compiles `sources`, later files overriding earlier ones rule by rule
+    /// and setting by setting.
+    pub(crate) fn compile(sources: &[Source]) -> Result<RuleSet, Vec<Diagnostic>> {
+        let mut diagnostics = Vec::new();
+        let mut parsed = Vec::new();
+        for source in sources {
+            match toml::from_str::<RawFile>(&source.text) {
+                Ok(raw) => parsed.push((source, raw)),
+                Err(error) => diagnostics.push(
+                    source.at(error.span().unwrap_or(0..0), error.message().trim_end()),
+                ),
+            }
+        }
+        if !diagnostics.is_empty() {
+            return Err(diagnostics);
+        }
+
+        let mut settings = Settings::default();
+        for (source, raw) in &parsed {
+            settings.apply(source, raw, &mut diagnostics);
+        }
+
+        // Rules: normalise with the final [key] settings, later files replacing earlier.
+        let mut chosen: BTreeMap<String, (&Source, &Spanned<String>, &Spanned<RawRule>)> =
+            BTreeMap::new();
+        for (source, raw) in &parsed {
+            let mut seen: HashMap<String, Range<usize>> = HashMap::new();
+            for (key, rule) in &raw.limits {
+                let normalised = normalize_rule_key(key.get_ref(), &settings.route);
+                if let Some(first) = seen.get(&normalised) {
+                    let first = source.at(first.clone(), "");
+                    diagnostics.push(source.at(
+                        key.span(),
+                        format!(
+                            "rule \"{}\" normalises to \"{}\", the same key as the rule on line {}",
+                            key.get_ref(),
+                            display_name(&normalised),
+                            first.line
+                        ),
+                    ));
+                    continue;
+                }
+                seen.insert(normalised.clone(), key.span());
+                let depth = normalised.split('/').filter(|s| !s.is_empty()).count();
+                if depth > settings.route.max_depth + 1 {
+                    diagnostics.push(source.at(
+                        key.span(),
+                        format!(
+                            "rule \"{}\" has {depth} segments but routes are cut at [key] max_depth = {}, so it can never match",
+                            key.get_ref(),
+                            settings.route.max_depth
+                        ),
+                    ));
+                    continue;
+                }
+                chosen.insert(normalised, (source, key, rule));
+            }
+        }
+
+        let mut rules = Vec::with_capacity(chosen.len());
+        for (index, (key, (source, raw_key, rule))) in chosen.into_iter().enumerate() {
+            let Some(limit) = compile_limit(source, raw_key, rule, &mut diagnostics) else {
+                continue;
+            };
+            let id = RuleId::new(u32::try_from(index).unwrap_or(u32::MAX));
+            let origin = source.at(raw_key.span(), "");
+            rules.push(Rule::new(
+                key,
+                id,
+                limit,
+                Origin {
+                    file: origin.file,
+                    line: origin.line,
+                },
+            ));
+        }
+        if !diagnostics.is_empty() {
+            return Err(diagnostics);
+        }
+        let table = PrefixTable::build(&rules);
+        Ok(RuleSet {
+            rules,
+            table,
+            route: settings.route,
+            client: settings.client,
+            response: Arc::new(settings.response),
+            files: sources.iter().map(|s| s.path.clone()).collect(),
+        })
+    }
+}
+
+impl Rule {
+    fn new(key: String, id: RuleId, limit: Limit, origin: Origin) -> Rule {
+        let name = display_name(&key).to_owned();
+        let policy_name = structured_string(&name);
+        let policies = match &limit {
+            Limit::Unlimited => Vec::new(),
+            Limit::Limited { quotas, .. } => quotas
+                .iter()
+                .filter_map(|quota| {
+                    let window = crate::decision::ceil_secs(quota.window()).max(1);
+                    let text = format!("{policy_name};q={};w={window}", quota.burst());
+                    HeaderValue::from_str(&text).ok()
+                })
+                .collect(),
+        };
+        Rule {
+            key,
+            name,
+            id,
+            limit,
+            origin,
+            policy_name,
+            policies,
+        }
+    }
+}
+
+/// The root rule is shown as `/`.
+fn display_name(key: &str) -> &str {
+    if key.is_empty() { "/" } else { key }
+}
+
+/// `name` as an RFC 8941 string: quoted, `"` and `\` escaped, bytes outside printable
+/// ASCII percent-encoded so the header stays valid.
+fn structured_string(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for byte in name.bytes() {
+        match byte {
+            b'"' | b'\\' => {
+                out.push('\\');
+                out.push(char::from(byte));
+            }
+            0x20..=0x7e => out.push(char::from(byte)),
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Rule keys are normalised like request paths, but never cut (a too-deep key is an error).
+fn normalize_rule_key(key: &str, route: &RouteSettings) -> String {
+    let uncapped = RouteSettings {
+        max_depth: usize::MAX,
+        ..route.clone()
+    };
+    normalize_route(key, &uncapped).into_owned()
+}
+
+fn compile_limit(
+    source: &Source,
+    key: &Spanned<String>,
+    rule: &Spanned<RawRule>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<Limit> {
+    let before = diagnostics.len();
+    let rule_span = rule.span();
+    let name = key.get_ref();
+    let raw = rule.get_ref();
+    if raw.unlimited.as_ref().is_some_and(|u| *u.get_ref()) {
+        if raw.rate.is_some() || raw.burst.is_some() || raw.cost.is_some() {
+            diagnostics.push(source.at(
+                rule_span,
+                format!("rule \"{name}\" is unlimited and cannot also set rate, burst or cost"),
+            ));
+            return None;
+        }
+        return Some(Limit::Unlimited);
+    }
+    let Some(rate_field) = &raw.rate else {
+        diagnostics.push(source.at(
+            rule_span,
+            format!("rule \"{name}\" needs a rate such as \"100/min\" (or unlimited = true)"),
+        ));
+        return None;
+    };
+    let span_of = |span: &Option<Range<usize>>, field: Range<usize>| -> Range<usize> {
+        match span {
+            Some(span) => span.clone(),
+            None if field.is_empty() => rule_span.clone(),
+            None => field,
+        }
+    };
+    let mut rates = Vec::new();
+    for (text, span) in &rate_field.get_ref().0 {
+        match text.parse::<Rate>() {
+            Ok(rate) => rates.push((rate, span_of(span, rate_field.span()))),
+            Err(error) => diagnostics.push(source.at(span_of(span, rate_field.span()), error.to_string())),
+        }
+    }
+    if rate_field.get_ref().0.is_empty() {
+        diagnostics.push(source.at(rate_field.span(), "rate list is empty"));
+    }
+
+    let bursts: Vec<(i64, Range<usize>)> = match &raw.burst {
+        None => rates
+            .iter()
+            .map(|(rate, span)| (i64::from(rate.count()), span.clone()))
+            .collect(),
+        Some(field) => {
+            let OneOrMany(items) = field.get_ref();
+            if items.len() != rate_field.get_ref().0.len() {
+                diagnostics.push(source.at(
+                    field.span(),
+                    format!(
+                        "rule \"{name}\" has {} rate(s) but {} burst value(s); give one burst per rate, or none",
+                        rate_field.get_ref().0.len(),
+                        items.len()
+                    ),
+                ));
+                Vec::new()
+            } else {
+                items
+                    .iter()
+                    .map(|(burst, span)| (*burst, span_of(span, field.span())))
+                    .collect()
+            }
+        }
+    };
+    let cost = match &raw.cost {
+        None => 1,
+        Some(cost) if *cost.get_ref() < 1 => {
+            diagnostics.push(source.at(
+                cost.span(),
+                format!(
+                    "cost must be at least 1, found {} (to exempt a route use unlimited = true)",
+                    cost.get_ref()
+                ),
+            ));
+            1
+        }
+        Some(cost) => u64::try_from(*cost.get_ref()).unwrap_or(1),
+    };
+
+    let mut quotas = Vec::new();
+    if diagnostics.len() == before {
+        for ((rate, _), (burst, burst_span)) in rates.iter().zip(&bursts) {
+            let Some(burst) = u32::try_from(*burst).ok().and_then(NonZeroU32::new) else {
+                diagnostics.push(source.at(
+                    burst_span.clone(),
+                    format!("burst must be between 1 and 4294967295, found {burst}"),
+                ));
+                continue;
+            };
+            if cost > u64::from(burst.get()) {
+                let at = raw.cost.as_ref().map_or(rule_span.clone(), Spanned::span);
+                diagnostics.push(source.at(
+                    at,
+                    format!(
+                        "cost {cost} is larger than burst {burst} of rate \"{rate}\": such a request could never pass"
+                    ),
+                ));
+                continue;
+            }
+            match Quota::new(*rate, burst) {
+                Some(quota) => quotas.push(quota),
+                None => diagnostics.push(source.at(
+                    burst_span.clone(),
+                    format!("burst {burst} at \"{rate}\" takes longer than 584 years to refill"),
+                )),
+            }
+        }
+    }
+    (diagnostics.len() == before).then(|| Limit::Limited {
+        quotas,
+        cost,
+        per: raw.per.unwrap_or_default(),
+    })
+}
+
+/// `[key]`, `[client]` and `[response]`, folded over the files in order.
+#[derive(Default)]
+struct Settings {
+    route: RouteSettings,
+    client: ClientSettings,
+    response: ResponseSettings,
+}
+
+impl Settings {
+    fn apply(&mut self, source: &Source, raw: &RawFile, diagnostics: &mut Vec<Diagnostic>) {
+        if let Some(fold) = raw.key.case_insensitive {
+            self.route.case_insensitive = fold;
+        }
+        if let Some(depth) = &raw.key.max_depth {
+            match usize::try_from(*depth.get_ref()) {
+                Ok(d @ 1..=1024) => self.route.max_depth = d,
+                _ => diagnostics.push(source.at(
+                    depth.span(),
+                    format!("max_depth must be between 1 and 1024, found {}", depth.get_ref()),
+                )),
+            }
+        }
+
+        if let Some(sources) = &raw.client.sources {
+            let mut parsed = Vec::new();
+            for item in sources.get_ref() {
+                match parse_source(item.get_ref()) {
+                    Some(source) => parsed.push(source),
+                    None => diagnostics.push(source.at(
+                        item.span(),
+                        format!(
+                            "unknown client source \"{}\" (use \"ip\" or \"header:NAME\")",
+                            item.get_ref()
+                        ),
+                    )),
+                }
+            }
+            if sources.get_ref().is_empty() {
+                diagnostics.push(source.at(sources.span(), "sources must name at least one source"));
+            }
+            self.client.sources = parsed;
+        }
+        if let Some(proxies) = &raw.client.trusted_proxies {
+            let mut networks = Vec::new();
+            for item in proxies {
+                match parse_network(item.get_ref()) {
+                    Some(network) => networks.push(network),
+                    None => diagnostics.push(source.at(
+                        item.span(),
+                        format!("trusted proxy \"{}\" is not an IP address or CIDR network", item.get_ref()),
+                    )),
+                }
+            }
+            self.client.trusted_proxies = networks.into_iter().collect::<TrustedProxies>();
+        }
+        if let Some(prefix) = &raw.client.ipv6_prefix {
+            match u8::try_from(*prefix.get_ref()) {
+                Ok(p @ 1..=128) => self.client.ipv6_prefix = p,
+                _ => diagnostics.push(source.at(
+                    prefix.span(),
+                    format!("ipv6_prefix must be between 1 and 128, found {}", prefix.get_ref()),
+                )),
+            }
+        }
+
+        let response = &raw.response;
+        if let Some(status) = &response.status {
+            match u16::try_from(*status.get_ref()).ok().and_then(|s| StatusCode::from_u16(s).ok()) {
+                Some(code) if code.is_client_error() || code.is_server_error() => self.response.status = code,
+                _ => diagnostics.push(source.at(
+                    status.span(),
+                    format!("status must be a 4xx or 5xx code, found {}", status.get_ref()),
+                )),
+            }
+        }
+        if let Some(style) = response.headers {
+            self.response.headers = style;
+        }
+        if let Some(body) = &response.body {
+            self.response.body = BodyTemplate::new(body);
+        }
+        if let Some(content_type) = &response.content_type {
+            match HeaderValue::from_str(content_type.get_ref()) {
+                Ok(value) => self.response.content_type = value,
+                Err(_) => diagnostics.push(source.at(
+                    content_type.span(),
+                    format!("content_type \"{}\" is not a valid header value", content_type.get_ref()),
+                )),
+            }
+        }
+    }
+}
+
+fn parse_source(text: &str) -> Option<ClientSource> {
+    let text = text.trim();
+    if text == "ip" {
+        return Some(ClientSource::Ip);
+    }
+    let name = text.strip_prefix("header:")?.trim();
+    HeaderName::from_bytes(name.as_bytes()).ok().map(ClientSource::Header)
+}
+
+fn parse_network(text: &str) -> Option<IpNet> {
+    let text = text.trim();
+    text.parse::<IpNet>()
+        .map(|net| net.trunc())
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
+        .ok()
+}
+
+/// Rule keys as a trie of segments.
+#[derive(Debug, Default)]
+struct PrefixTable {
+    nodes: Vec<Node>,
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    rule: Option<usize>,
+    children: hashbrown::HashMap<Box<str>, usize, foldhash::fast::RandomState>,
+}
+
+impl PrefixTable {
+    fn build(rules: &[Rule]) -> PrefixTable {
+        let mut table = PrefixTable {
+            nodes: vec![Node::default()],
+        };
+        for (index, rule) in rules.iter().enumerate() {
+            let mut at = 0;
+            for segment in rule.key.split('/').filter(|s| !s.is_empty()) {
+                at = match table.nodes[at].children.get(segment) {
+                    Some(&next) => next,
+                    None => {
+                        let next = table.nodes.len();
+                        table.nodes.push(Node::default());
+                        table.nodes[at].children.insert(segment.into(), next);
+                        next
+                    }
+                };
+            }
+            table.nodes[at].rule = Some(index);
+        }
+        table
+    }
+
+    fn longest_prefix<'c>(
+        &self,
+        route: &str,
+        client: impl FnOnce() -> std::borrow::Cow<'c, str>,
+        case_insensitive: bool,
+    ) -> Option<usize> {
+        let mut node = self.nodes.first()?;
+        let mut best = node.rule;
+        for segment in route.split('/').filter(|s| !s.is_empty()) {
+            match node.children.get(segment).and_then(|&i| self.nodes.get(i)) {
+                Some(next) => {
+                    node = next;
+                    best = next.rule.or(best);
+                }
+                None => return best,
+            }
+        }
+        if !node.children.is_empty() {
+            let client = client();
+            let found = if case_insensitive && client.chars().any(char::is_uppercase) {
+                node.children.get(client.to_lowercase().as_str())
+            } else {
+                node.children.get(client.as_ref())
+            };
+            if let Some(next) = found.and_then(|&i| self.nodes.get(i)) {
+                best = next.rule.or(best);
+            }
+        }
+        best
+    }
+}
+
+/// Loads and compiles `paths` from disk.
+pub(crate) fn read_sources(paths: &[PathBuf]) -> Result<Vec<Source>, super::ConfigError> {
+    if paths.is_empty() {
+        return Err(super::ConfigError::NoFiles);
+    }
+    paths
+        .iter()
+        .map(|path| {
+            std::fs::read_to_string(path)
+                .map(|text| Source::new(path, text))
+                .map_err(|source| super::ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })
+        })
+        .collect()
+}
+
+/// The path shown for config given as a string rather than a file.
+pub(crate) fn inline_path() -> &'static Path {
+    Path::new("<inline>")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::response::HeaderStyle;
+
+    fn compile(text: &str) -> Result<RuleSet, String> {
+        RuleSet::compile(&[Source::new("limits.toml", text)]).map_err(|d| {
+            d.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+
+    fn resolved(set: &RuleSet, route: &str, client: &str) -> Option<String> {
+        set.resolve(route, client).map(|r| r.name().to_owned())
+    }
+
+    #[test]
+    fn longest_segment_prefix_wins() {
+        let set = compile(
+            r#"
+            [limits]
+            "/" = "20/s"
+            "api" = "100/min"
+            "api/search" = "10/s"
+            "api/search/192.168.11.3" = { rate = "100/s", burst = 500 }
+            "#,
+        )
+        .unwrap();
+        assert_eq!(resolved(&set, "api/search", "203.0.113.7").unwrap(), "api/search");
+        assert_eq!(resolved(&set, "api/search/deep", "1.2.3.4").unwrap(), "api/search");
+        assert_eq!(resolved(&set, "api/other", "1.2.3.4").unwrap(), "api");
+        assert_eq!(resolved(&set, "api", "1.2.3.4").unwrap(), "api");
+        assert_eq!(
+            resolved(&set, "api/search", "192.168.11.3").unwrap(),
+            "api/search/192.168.11.3"
+        );
+        assert_eq!(resolved(&set, "apiv2/search", "1.2.3.4").unwrap(), "/");
+        assert_eq!(resolved(&set, "", "1.2.3.4").unwrap(), "/");
+    }
+
+    #[test]
+    fn without_a_root_rule_unmatched_requests_have_no_rule() {
+        let set = compile("[limits]\napi = \"1/s\"\n").unwrap();
+        assert_eq!(resolved(&set, "other", "1.2.3.4"), None);
+    }
+
+    #[test]
+    fn a_client_rule_names_a_key_segment_not_a_string_prefix() {
+        let set = compile("[limits]\n\"api/1.2.3.4\" = \"1/s\"\n").unwrap();
+        assert_eq!(resolved(&set, "api", "1.2.3.4").unwrap(), "api/1.2.3.4");
+        assert_eq!(resolved(&set, "api", "1.2.3.45"), None);
+    }
+
+    #[test]
+    fn case_insensitive_matching_covers_rule_keys_too() {
+        let set = compile("[key]\ncase_insensitive = true\n[limits]\n\"API/Search\" = \"1/s\"\n\"api/Key1\" = \"2/s\"\n").unwrap();
+        assert_eq!(resolved(&set, "api/search", "c").unwrap(), "api/search");
+        assert_eq!(resolved(&set, "api", "KEY1").unwrap(), "api/key1");
+    }
+
+    #[test]
+    fn rule_keys_are_normalised() {
+        let set = compile("[limits]\n\"/api//search/./\" = \"1/s\"\n\"\" = \"1/s\"\n").unwrap();
+        let keys: Vec<_> = set.rules().iter().map(Rule::key).collect();
+        assert_eq!(keys, ["", "api/search"]);
+        assert_eq!(set.rules()[0].name(), "/");
+    }
+
+    #[test]
+    fn quotas_burst_cost_and_per_compile() {
+        let set = compile(
+            r#"
+            [limits.api]
+            rate = ["100/min", "5/s"]
+            burst = [150, 5]
+            cost = 2
+            [limits.export]
+            rate = "50/s"
+            per = "global"
+            [limits.healthz]
+            unlimited = true
+            "#,
+        )
+        .unwrap();
+        let api = set.resolve("api", "x").unwrap();
+        let Limit::Limited { quotas, cost, per } = api.limit() else {
+            panic!("api is limited")
+        };
+        assert_eq!(quotas.iter().map(Quota::burst).collect::<Vec<_>>(), [150, 5]);
+        assert_eq!((*cost, *per), (2, Per::Client));
+        assert_eq!(
+            api.policy(0).unwrap(),
+            &HeaderValue::from_static("\"api\";q=150;w=90")
+        );
+        let export = set.resolve("export", "x").unwrap();
+        assert!(matches!(export.limit(), Limit::Limited { per: Per::Global, .. }));
+        assert_eq!(set.resolve("healthz", "x").unwrap().limit(), &Limit::Unlimited);
+    }
+
+    #[test]
+    fn invalid_configs_name_file_line_column_and_problem() {
+        let cases = [
+            ("[limits]\napi = \"0/s\"\n", "limits.toml:2:7: rate count must be at least 1"),
+            ("[limits]\napi = \"5/fortnight\"\n", "limits.toml:2:7: unknown time unit \"fortnight\""),
+            ("[limits.api]\nrate = \"1/s\"\nburst = 0\n", "limits.toml:3:9: burst must be between 1"),
+            ("[limits.api]\nrate = \"10/s\"\ncost = 11\n", "limits.toml:3:8: cost 11 is larger than burst 10"),
+            ("[limits.api]\nrate = \"10/s\"\ncost = 0\n", "limits.toml:3:8: cost must be at least 1"),
+            ("[limits.api]\nrate = [\"1/s\", \"bad\"]\n", "limits.toml:2:16: expected a rate"),
+            ("[limits.api]\nrate = []\n", "limits.toml:2:8: rate list is empty"),
+            ("[limits.api]\nrate = [\"1/s\", \"5/m\"]\nburst = 3\n", "limits.toml:3:9: rule \"api\" has 2 rate(s) but 1 burst value(s)"),
+            ("[limits.api]\nburst = 3\n", "limits.toml:1:1: rule \"api\" needs a rate"),
+            ("[limits.api]\nunlimited = true\nrate = \"1/s\"\n", "rule \"api\" is unlimited and cannot also set rate"),
+            ("[limits.api]\nrate = \"1/s\"\nbrust = 3\n", "limits.toml:3:1: unknown field `brust`"),
+            ("[limits.api]\nrate = \"1/s\"\nper = \"everyone\"\n", "limits.toml:3:7: unknown variant `everyone`"),
+            ("[limits]\n\"/api/\" = \"1/s\"\n\"api\" = \"2/s\"\n", "limits.toml:3:1: rule \"api\" normalises to \"api\", the same key as the rule on line 2"),
+            ("[key]\nmax_depth = 2\n[limits]\n\"a/b/c/d\" = \"1/s\"\n", "limits.toml:4:1: rule \"a/b/c/d\" has 4 segments"),
+            ("[key]\nmax_depth = 0\n", "limits.toml:2:13: max_depth must be between 1 and 1024, found 0"),
+            ("[client]\nsources = [\"cookie:x\"]\n", "limits.toml:2:12: unknown client source \"cookie:x\""),
+            ("[client]\ntrusted_proxies = [\"10.0.0.0/33\"]\n", "limits.toml:2:20: trusted proxy \"10.0.0.0/33\""),
+            ("[client]\nipv6_prefix = 129\n", "limits.toml:2:15: ipv6_prefix must be between 1 and 128"),
+            ("[response]\nstatus = 200\n", "limits.toml:2:10: status must be a 4xx or 5xx code, found 200"),
+            ("[response]\nheaders = \"fancy\"\n", "limits.toml:2:11: unknown variant `fancy`"),
+            ("[limits\n", "limits.toml:1:8:"),
+        ];
+        for (text, expected) in cases {
+            let error = compile(text).expect_err(text);
+            assert!(error.starts_with(expected) || error.contains(expected), "config {text:?}\n  gave {error}\n  expected {expected}");
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let error = compile("[limits]\na = \"0/s\"\nb = \"x\"\n").unwrap_err();
+        assert_eq!(error.lines().count(), 2, "{error}");
+    }
+
+    #[test]
+    fn later_files_override_earlier_rule_by_rule() {
+        let set = RuleSet::compile(&[
+            Source::new("global.toml", "[limits]\n\"/\" = \"10/s\"\napi = \"100/min\"\n[response]\nstatus = 503\n"),
+            Source::new("local.toml", "[limits]\napi = \"5/min\"\n[response]\nheaders = \"both\"\n"),
+        ])
+        .unwrap();
+        let api = set.resolve("api", "x").unwrap();
+        assert_eq!(api.origin().file, PathBuf::from("local.toml"));
+        assert!(matches!(api.limit(), Limit::Limited { quotas, .. } if quotas[0].burst() == 5));
+        assert_eq!(set.resolve("other", "x").unwrap().name(), "/");
+        assert_eq!(set.response().status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(set.response().headers, HeaderStyle::Both);
+    }
+
+    #[test]
+    fn policy_names_are_valid_structured_strings() {
+        assert_eq!(structured_string("api"), "\"api\"");
+        assert_eq!(structured_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(structured_string("café"), "\"caf%C3%A9\"");
+    }
+}

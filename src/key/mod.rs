@@ -1,0 +1,17 @@
+//! Request keys: `route "/" client` (SPEC §2).
+//!
+//! A request's key is its normalised route ([`normalize_route`]) followed by its client
+//! identity ([`Client`]) as the last segment — `api/search/203.0.113.7` — or just the client
+//! when the route is empty. Rules are matched against it by longest segment prefix, so a
+//! rule can name a route (`api/search`) or one client on a route
+//! (`api/search/192.168.11.3`). The client is always exactly one segment: IPv6 networks
+//! are written without a length and header values have `/` percent-encoded.
+
+mod client;
+mod forwarded;
+mod path;
+
+pub use client::{Client, ClientSettings, ClientSource, MAX_HEADER_IDENTITY, PeerAddr};
+pub(crate) use client::SegmentBuffer;
+pub use forwarded::TrustedProxies;
+pub use path::{RouteSettings, normalize_route};

@@ -1,0 +1,23 @@
+#![doc = include_str!("../README.md")]
+
+pub mod body;
+pub mod clock;
+pub mod config;
+pub mod key;
+pub mod response;
+pub mod store;
+
+mod algorithm;
+mod decision;
+mod future;
+mod layer;
+mod limits;
+mod quota;
+mod service;
+
+pub use decision::Decision;
+pub use future::ResponseFuture;
+pub use layer::RateLimitLayer;
+pub use limits::{Limits, LimitsBuilder};
+pub use quota::Quota;
+pub use service::RateLimit;

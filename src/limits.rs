@@ -1,0 +1,265 @@
+//! The shared handle: the active rules (behind an atomic swap), the bucket store and the
+//! clock. Clones are cheap and share everything, so every clone of the layer draws on one
+//! budget.
+//!
+//! ```
+//! use tollgate::Limits;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limits = Limits::from_toml(r#"
+//!     [limits]
+//!     "login" = "2/min"
+//! "#)?;
+//! assert!(limits.check("login/alice", 1).await?.allowed);
+//! assert!(limits.check("login/alice", 1).await?.allowed);
+//! assert!(!limits.check("login/alice", 1).await?.allowed);
+//! assert!(limits.check("login/bob", 1).await?.allowed);
+//! # Ok(()) }
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use http::Request;
+
+use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::config::{ConfigError, Limit, Per, Rule, RuleSet};
+use crate::config::rules::{inline_path, read_sources};
+use crate::config::Source;
+use crate::decision::Decision;
+use crate::key::{Client, SegmentBuffer, normalize_route};
+use crate::store::{BucketRef, CheckMode, CheckRequest, MemoryStore, Store, StoreError};
+
+/// Rules, buckets and clock, shared by every clone.
+pub struct Limits<St = MemoryStore> {
+    shared: Arc<Shared<St>>,
+}
+
+struct Shared<St> {
+    rules: ArcSwap<RuleSet>,
+    store: St,
+    clock: Box<dyn Clock>,
+}
+
+impl<St> Clone for Limits<St> {
+    fn clone(&self) -> Self {
+        Limits {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<St> std::fmt::Debug for Limits<St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limits")
+            .field("rules", &self.shared.rules.load().rules().len())
+            .field("clock", &self.shared.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Limits`] with a chosen store or clock.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Limits;
+/// use tollgate::clock::FakeClock;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let clock = FakeClock::new();
+/// let limits = Limits::builder()
+///     .clock(clock.clone())
+///     .from_toml("[limits]\n\"/\" = \"1/s\"\n")?;
+/// assert!(limits.check("me", 1).await?.allowed);
+/// assert!(!limits.check("me", 1).await?.allowed);
+/// clock.advance(Duration::from_secs(1));
+/// assert!(limits.check("me", 1).await?.allowed);
+/// # Ok(()) }
+/// ```
+#[must_use]
+pub struct LimitsBuilder<St = MemoryStore> {
+    store: St,
+    clock: Option<Box<dyn Clock>>,
+}
+
+impl<St: Store> LimitsBuilder<St> {
+    /// Keeps buckets in `store` instead of the in-memory default.
+    pub fn store<T: Store>(self, store: T) -> LimitsBuilder<T> {
+        LimitsBuilder {
+            store,
+            clock: self.clock,
+        }
+    }
+
+    /// Reads time from `clock` instead of the [`SystemClock`].
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Box::new(clock));
+        self
+    }
+
+    /// Loads config files, later files overriding earlier ones rule by rule.
+    pub fn load<P: AsRef<Path>>(
+        self,
+        paths: impl IntoIterator<Item = P>,
+    ) -> Result<Limits<St>, ConfigError> {
+        let paths: Vec<PathBuf> = paths.into_iter().map(|p| p.as_ref().to_path_buf()).collect();
+        let sources = read_sources(&paths)?;
+        self.build(&sources)
+    }
+
+    /// Uses config text instead of files (errors name the file `<inline>`).
+    pub fn from_toml(self, text: &str) -> Result<Limits<St>, ConfigError> {
+        self.build(&[Source::new(inline_path(), text)])
+    }
+
+    fn build(self, sources: &[Source]) -> Result<Limits<St>, ConfigError> {
+        let rules = RuleSet::compile(sources).map_err(ConfigError::Invalid)?;
+        Ok(Limits {
+            shared: Arc::new(Shared {
+                rules: ArcSwap::from_pointee(rules),
+                store: self.store,
+                clock: self.clock.unwrap_or_else(|| Box::new(SystemClock::new())),
+            }),
+        })
+    }
+}
+
+impl Limits {
+    /// Loads config files into an in-memory limiter on the system clock.
+    ///
+    /// Several files layer: later files override earlier ones rule by rule, and setting
+    /// by setting in `[key]`, `[client]` and `[response]`.
+    pub fn load<P: AsRef<Path>>(paths: impl IntoIterator<Item = P>) -> Result<Limits, ConfigError> {
+        Limits::builder().load(paths)
+    }
+
+    /// An in-memory limiter on the system clock from config text.
+    pub fn from_toml(text: &str) -> Result<Limits, ConfigError> {
+        Limits::builder().from_toml(text)
+    }
+
+    /// A builder, to choose the store or the clock.
+    pub fn builder() -> LimitsBuilder<MemoryStore> {
+        LimitsBuilder {
+            store: MemoryStore::new(),
+            clock: None,
+        }
+    }
+}
+
+/// What the layer does with one request.
+pub(crate) enum Plan<F> {
+    /// No rule, or an unlimited one: pass through without headers.
+    Pass,
+    /// The store is deciding; the rule (by index into the rule set) shapes the response.
+    Check { index: usize, decision: F },
+}
+
+impl<St: Store> Limits<St> {
+    /// The active rule set (a snapshot: it stays consistent while you hold it).
+    pub fn rules(&self) -> arc_swap::Guard<Arc<RuleSet>> {
+        self.shared.rules.load()
+    }
+
+    /// The bucket store.
+    pub fn store(&self) -> &St {
+        &self.shared.store
+    }
+
+    /// The current time on this limiter's clock.
+    pub fn now(&self) -> Timestamp {
+        self.shared.clock.now()
+    }
+
+    /// Takes `cost` tokens for `key` (`route/client`, e.g. `api/search/203.0.113.7`) now.
+    pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, StoreError> {
+        self.check_at(key, cost, self.now()).await
+    }
+
+    /// Takes `cost` tokens for `key` as of `at` — for replaying recorded events.
+    pub async fn check_at(&self, key: &str, cost: u64, at: Timestamp) -> Result<Decision, StoreError> {
+        self.key_decision(key, CheckMode::Consume, Some(cost), at).await
+    }
+
+    /// Reports the state of `key`'s bucket without taking anything.
+    pub async fn peek(&self, key: &str) -> Result<Decision, StoreError> {
+        self.key_decision(key, CheckMode::Peek, None, self.now()).await
+    }
+
+    async fn key_decision(
+        &self,
+        key: &str,
+        mode: CheckMode,
+        cost: Option<u64>,
+        at: Timestamp,
+    ) -> Result<Decision, StoreError> {
+        let (route, client) = key.rsplit_once('/').unwrap_or(("", key));
+        let client = Client::from_segment(client);
+        let future = {
+            let rules = self.rules();
+            let route = normalize_route(route, rules.route_settings());
+            let found = rules.resolve_with(&route, || client.to_string().into());
+            match found.and_then(|index| rules.rule(index)) {
+                Some(rule) => match self.start_check(rule, &client, mode, cost, at) {
+                    Some(future) => future,
+                    None => return Ok(Decision::unlimited()),
+                },
+                None => return Ok(Decision::unlimited()),
+            }
+        };
+        future.await
+    }
+
+    /// Resolves `request` against `rules` and starts its check: the whole per-request
+    /// decision, reading the clock once.
+    pub(crate) fn plan<B>(&self, rules: &RuleSet, request: &Request<B>) -> Plan<St::Future> {
+        let route = normalize_route(request.uri().path(), rules.route_settings());
+        let client = Client::identify(request, rules.client_settings());
+        let mut buffer = SegmentBuffer::default();
+        let found = rules.resolve_with(&route, || client.segment(&mut buffer).into());
+        let Some((index, rule)) = found.and_then(|index| Some((index, rules.rule(index)?))) else {
+            return Plan::Pass;
+        };
+        let now = self.shared.clock.now();
+        match self.start_check(rule, &client, CheckMode::Consume, None, now) {
+            Some(decision) => Plan::Check { index, decision },
+            None => Plan::Pass,
+        }
+    }
+
+    /// Starts the store's check for `rule` (`None` for unlimited rules), at the rule's own
+    /// cost unless `cost` says otherwise.
+    fn start_check(
+        &self,
+        rule: &Rule,
+        client: &Client<'_>,
+        mode: CheckMode,
+        cost: Option<u64>,
+        now: Timestamp,
+    ) -> Option<St::Future> {
+        let Limit::Limited {
+            quotas,
+            cost: rule_cost,
+            per,
+        } = rule.limit()
+        else {
+            return None;
+        };
+        let cost = cost.unwrap_or(*rule_cost);
+        let client = match per {
+            Per::Client => Some(client),
+            Per::Global => None,
+        };
+        Some(self.shared.store.check(CheckRequest {
+            bucket: BucketRef {
+                rule: rule.id(),
+                client,
+            },
+            quotas,
+            cost,
+            now,
+            mode,
+        }))
+    }
+}

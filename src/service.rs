@@ -1,0 +1,148 @@
+//! [`RateLimit`]: the service that decides, in `call`, whether a request passes.
+//!
+//! Rejections are responses, never errors: `Error = S::Error`, and a denied request never
+//! reaches the inner service. `poll_ready` just delegates (so this works under axum, which
+//! treats services as always ready — unlike tower's own `RateLimit`).
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use bytes::Bytes;
+//! use http::{Request, Response, StatusCode};
+//! use http_body_util::Full;
+//! use tower::{Service, ServiceExt};
+//! use tollgate::{Limits, RateLimit, key::PeerAddr};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limits = Limits::from_toml("[limits]\n\"/\" = \"1/min\"\n")?;
+//! let hello = tower::service_fn(|_: Request<()>| async {
+//!     Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("hello"))))
+//! });
+//! let mut service = RateLimit::new(hello, limits);
+//! let request = || {
+//!     let mut request = Request::new(());
+//!     request.extensions_mut().insert(PeerAddr("192.0.2.1:1234".parse().unwrap()));
+//!     request
+//! };
+//! let first = service.ready().await?.call(request()).await?;
+//! assert_eq!(first.status(), StatusCode::OK);
+//! let second = service.ready().await?.call(request()).await?;
+//! assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(second.headers()["retry-after"], "60");
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use tower::Service;
+
+use crate::body::ResponseBody;
+use crate::config::{Rule, RuleSet};
+use crate::decision::Decision;
+use crate::future::ResponseFuture;
+use crate::limits::{Limits, Plan};
+use crate::response::{RateLimitHeaders, rejection};
+use crate::store::{MemoryStore, Store, StoreError};
+
+/// A service behind rate limits. Made by [`RateLimitLayer`](crate::RateLimitLayer).
+pub struct RateLimit<S, St = MemoryStore> {
+    inner: S,
+    limits: Limits<St>,
+}
+
+impl<S, St> RateLimit<S, St> {
+    /// Wraps `inner` with `limits`.
+    pub fn new(inner: S, limits: Limits<St>) -> Self {
+        RateLimit { inner, limits }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: Clone, St> Clone for RateLimit<S, St> {
+    fn clone(&self) -> Self {
+        RateLimit {
+            inner: self.inner.clone(),
+            limits: self.limits.clone(),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug, St> std::fmt::Debug for RateLimit<S, St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+/// The verdict, in the form the response needs.
+pub(crate) enum Outcome {
+    /// Call the inner service, then add these headers (none for a failed store).
+    Admit(Option<RateLimitHeaders>),
+    /// Answer with this denial.
+    Reject(Response<Bytes>),
+}
+
+impl Outcome {
+    pub(crate) fn new(result: Result<Decision, StoreError>, rule: &Rule, rules: &RuleSet) -> Outcome {
+        let response = rules.response();
+        match result {
+            Ok(decision) if decision.allowed => {
+                Outcome::Admit(Some(RateLimitHeaders::new(rule, &decision, response.headers)))
+            }
+            Ok(decision) => Outcome::Reject(rejection(rule, &decision, response)),
+            Err(error) => {
+                // Failing open: a broken store must not take the service down with it.
+                tracing::warn!(rule = rule.name(), %error, "rate-limit store failed; request admitted");
+                Outcome::Admit(None)
+            }
+        }
+    }
+}
+
+impl<S, St, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, St>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    St: Store,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, St, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let rules = self.limits.rules();
+        let (index, mut decision) = match self.limits.plan(&rules, &request) {
+            Plan::Pass => return ResponseFuture::call(self.inner.call(request), None),
+            Plan::Check { index, decision } => (index, decision),
+        };
+        // Stores that answer at once (the in-memory one) are settled here, in place.
+        let mut cx = Context::from_waker(Waker::noop());
+        if let Poll::Ready(result) = Pin::new(&mut decision).poll(&mut cx) {
+            let Some(rule) = rules.rule(index) else {
+                return ResponseFuture::call(self.inner.call(request), None);
+            };
+            return match Outcome::new(result, rule, &rules) {
+                Outcome::Admit(headers) => ResponseFuture::call(self.inner.call(request), headers),
+                Outcome::Reject(response) => ResponseFuture::rejected(response),
+            };
+        }
+        // A remote store: park the request with the service that was made ready for it.
+        let fresh = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, fresh);
+        let rules: Arc<RuleSet> = arc_swap::Guard::into_inner(rules);
+        ResponseFuture::deciding(decision, ready, request, rules, index)
+    }
+}

@@ -1,0 +1,114 @@
+//! Where buckets live: the [`Store`] boundary and the in-memory [`MemoryStore`].
+//!
+//! The layer never touches bucket state itself; it asks a store for a [`Decision`]. A store
+//! may answer later (a network backend) or at once (the in-memory store, whose future is
+//! [`std::future::Ready`]: no boxing, no allocation, and the layer takes the answer on the
+//! spot without parking the request).
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use tollgate::clock::FakeClock;
+//! use tollgate::clock::Clock;
+//! use tollgate::key::Client;
+//! use tollgate::store::{BucketRef, CheckMode, CheckRequest, MemoryStore, RuleId, Store};
+//! use tollgate::Quota;
+//!
+//! let store = MemoryStore::new();
+//! let quotas = [Quota::new("1/min".parse()?, NonZeroU32::new(1).unwrap()).unwrap()];
+//! let client = Client::from_ip("192.0.2.1".parse().unwrap(), 64);
+//! let request = CheckRequest {
+//!     bucket: BucketRef { rule: RuleId::new(0), client: Some(&client) },
+//!     quotas: &quotas,
+//!     cost: 1,
+//!     now: FakeClock::new().now(),
+//!     mode: CheckMode::Consume,
+//! };
+//! assert!(store.check(request).into_inner()?.allowed);
+//! assert!(!store.check(request).into_inner()?.allowed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod memory;
+
+use std::future::Future;
+
+pub use memory::MemoryStore;
+
+use crate::Quota;
+use crate::clock::Timestamp;
+use crate::decision::Decision;
+use crate::key::Client;
+
+/// A rule's identity inside one [`Limits`](crate::Limits): buckets are keyed by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleId(u32);
+
+impl RuleId {
+    /// The rule id `id`.
+    pub const fn new(id: u32) -> RuleId {
+        RuleId(id)
+    }
+
+    /// The number behind it.
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+}
+
+/// Which bucket: a rule, and the client for `per = "client"` rules (`None` for
+/// `per = "global"`, one bucket for everyone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BucketRef<'a> {
+    /// The rule the request resolved to.
+    pub rule: RuleId,
+    /// The client, or `None` for a rule's single global bucket.
+    pub client: Option<&'a Client<'a>>,
+}
+
+/// Whether a check takes tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckMode {
+    /// Take `cost` tokens if every quota admits the request.
+    Consume,
+    /// Report what would happen, changing nothing.
+    Peek,
+}
+
+/// Everything a store needs for one decision.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckRequest<'a> {
+    /// The bucket to check.
+    pub bucket: BucketRef<'a>,
+    /// The rule's quotas; all must admit.
+    pub quotas: &'a [Quota],
+    /// Tokens the request takes.
+    pub cost: u64,
+    /// The one reading of the clock this decision is made at.
+    pub now: Timestamp,
+    /// Consume or peek.
+    pub mode: CheckMode,
+}
+
+/// A store could not decide (a network backend's failure; the in-memory store never fails).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The backend did not answer usefully.
+    #[error("rate-limit store unavailable: {reason}")]
+    Unavailable {
+        /// What went wrong, for logs.
+        reason: String,
+    },
+}
+
+/// A place that keeps buckets and decides against them.
+///
+/// The future is `Unpin` so the layer can poll it once in place: a store that answers
+/// immediately costs nothing extra. Remote stores return a boxed future.
+pub trait Store: Send + Sync + 'static {
+    /// The pending answer.
+    type Future: Future<Output = Result<Decision, StoreError>> + Send + Unpin + 'static;
+
+    /// Decides `request`, taking its tokens when admitted in [`CheckMode::Consume`].
+    fn check(&self, request: CheckRequest<'_>) -> Self::Future;
+}

@@ -1,0 +1,70 @@
+//! Config from real files: every sample in `config/` parses; errors name the file.
+
+use std::io::Write as _;
+
+use tollgate::Limits;
+use tollgate::config::ConfigError;
+
+#[test]
+fn every_file_in_config_parses() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            Limits::load([&path]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "no samples in {}", dir.display());
+}
+
+#[test]
+fn the_sample_config_means_what_its_comments_say() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let limits = Limits::load([dir.join("limits.toml")]).unwrap();
+    let rules = limits.rules();
+    let name = |route: &str, client: &str| rules.resolve(route, client).map(|r| r.name().to_owned());
+    assert_eq!(name("api/search", "203.0.113.7").unwrap(), "api/search");
+    assert_eq!(name("api/search", "192.168.11.3").unwrap(), "api/search/192.168.11.3");
+    assert_eq!(name("api/orders", "203.0.113.7").unwrap(), "api");
+    assert_eq!(name("apiv2", "203.0.113.7").unwrap(), "/");
+}
+
+#[test]
+fn a_missing_file_is_an_error_naming_it() {
+    let error = Limits::load(["/nonexistent/tollgate.toml"]).unwrap_err();
+    assert!(matches!(error, ConfigError::Read { .. }));
+    assert!(error.to_string().contains("/nonexistent/tollgate.toml"), "{error}");
+    assert!(matches!(Limits::load(Vec::<&str>::new()), Err(ConfigError::NoFiles)));
+}
+
+#[test]
+fn invalid_files_are_refused_with_path_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    let mut file = std::fs::File::create(&path).unwrap();
+    writeln!(file, "[limits]\n\"/\" = \"10/s\"\napi = {{ rate = \"10/s\", burst = 0 }}").unwrap();
+    let error = Limits::load([&path]).unwrap_err();
+    let text = error.to_string();
+    assert_eq!(
+        text,
+        format!("{}:3:32: burst must be between 1 and 4294967295, found 0", path.display())
+    );
+    assert_eq!(error.diagnostics().len(), 1);
+}
+
+#[test]
+fn layered_files_override_rule_by_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let global = dir.path().join("global.toml");
+    let local = dir.path().join("local.toml");
+    std::fs::write(&global, "[limits]\n\"/\" = \"10/s\"\napi = \"100/min\"\n").unwrap();
+    std::fs::write(&local, "[limits]\napi = \"5/min\"\n").unwrap();
+    let limits = Limits::load([&global, &local]).unwrap();
+    let rules = limits.rules();
+    let api = rules.resolve("api", "x").unwrap();
+    assert_eq!(api.origin().file, local);
+    assert_eq!(rules.resolve("other", "x").unwrap().origin().file, global);
+    assert_eq!(rules.files(), [global, local]);
+}

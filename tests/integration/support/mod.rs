@@ -1,0 +1,74 @@
+//! Helpers: start a server on a free loopback port, send requests, settle ready futures.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use axum::Router;
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+/// Serves `app` on 127.0.0.1 (a free port) with peer addresses, until the runtime ends.
+pub async fn serve(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .await
+            .unwrap();
+    });
+    address
+}
+
+/// What a test looks at in a response.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: BTreeMap<String, String>,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}
+
+/// Sends `GET path` with `headers` to `address` over a fresh HTTP/1.1 connection pool.
+pub async fn get(address: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let mut request = Request::get(format!("http://{address}{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client.request(request.body(Empty::new()).unwrap()).await.unwrap();
+    let status = response.status();
+    let mut collected = BTreeMap::new();
+    for (name, value) in response.headers() {
+        let entry: &mut String = collected.entry(name.to_string()).or_default();
+        if !entry.is_empty() {
+            entry.push_str(", ");
+        }
+        entry.push_str(value.to_str().unwrap());
+    }
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        headers: collected,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+/// The value of a future that must be ready at once (the in-memory store never waits).
+pub fn now_or_never<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("future was not ready at once"),
+    }
+}
