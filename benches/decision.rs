@@ -1,1 +1,168 @@
-fn main() {}
+//! The cost of one decision, beside governor's keyed check measured in the same run.
+//!
+//! `cargo bench --bench decision`; results and their reading are in BENCHMARKS.md.
+//!
+//! - `decision/…`: the full per-request decision — key from a request (path normalisation,
+//!   peer address), rule resolution, bucket update — with 10 or 10,000 rules and 1, 100k or
+//!   1M live clients.
+//! - `governor/…`: governor's `check_key` on its default DashMap store and clock, same
+//!   quota, same clients, same order: the reference.
+//! - `resolve/…`: rule resolution alone, 10 vs 10,000 rules.
+//! - `layer/…`: a request through the whole tower service around a trivial inner service,
+//!   admitted (headers built) and denied (429 built).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use governor::RateLimiter;
+use http::{Request, Response};
+use tollgate::key::PeerAddr;
+use tollgate::{Limits, RateLimit};
+use tower::Service;
+
+/// A config with `rules` rules, three of them on the benchmarked path.
+fn config(rules: usize, rate: &str) -> String {
+    let mut text = format!(
+        "[limits]\n\"/\" = \"{rate}\"\n\"api\" = \"{rate}\"\n\"api/search\" = \"{rate}\"\n"
+    );
+    for i in 3..rules {
+        text.push_str(&format!("\"svc{i}/v{}\" = \"{rate}\"\n", i % 7));
+    }
+    text
+}
+
+fn client(i: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i))
+}
+
+fn requests(clients: u32) -> Vec<Request<()>> {
+    (0..clients)
+        .map(|i| {
+            let mut request = Request::get("/api/search?q=rust").body(()).unwrap();
+            request
+                .extensions_mut()
+                .insert(PeerAddr(SocketAddr::new(client(i), 40_000)));
+            request
+        })
+        .collect()
+}
+
+fn settle<F: Future>(future: F) -> F::Output {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => unreachable!("in-memory decisions are immediate"),
+    }
+}
+
+/// Never denies during the run: every client stays well inside its budget.
+const GENEROUS: &str = "1000000/s";
+
+fn decision(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decision");
+    for (rules, clients) in [
+        (10, 1),
+        (10_000, 1),
+        (10, 100_000),
+        (10_000, 100_000),
+        (10, 1_000_000),
+    ] {
+        let limits = Limits::from_toml(&config(rules, GENEROUS)).unwrap();
+        let requests = requests(clients);
+        for request in &requests {
+            limits.check_request(request).map(settle);
+        }
+        let id = BenchmarkId::from_parameter(format!("rules={rules}/clients={clients}"));
+        group.bench_function(id, |b| {
+            let mut i = 0;
+            b.iter(|| {
+                i = (i + 1) % requests.len();
+                let decision = settle(limits.check_request(&requests[i]).unwrap()).unwrap();
+                black_box(decision.allowed)
+            })
+        });
+    }
+    group.finish();
+}
+
+fn governor_reference(c: &mut Criterion) {
+    let mut group = c.benchmark_group("governor");
+    let quota = governor::Quota::per_second(std::num::NonZeroU32::new(1_000_000).unwrap());
+    for clients in [1u32, 100_000, 1_000_000] {
+        let limiter = RateLimiter::keyed(quota);
+        let keys: Vec<IpAddr> = (0..clients).map(client).collect();
+        for key in &keys {
+            let _ = limiter.check_key(key);
+        }
+        group.bench_function(
+            BenchmarkId::from_parameter(format!("clients={clients}")),
+            |b| {
+                let mut i = 0;
+                b.iter(|| {
+                    i = (i + 1) % keys.len();
+                    black_box(limiter.check_key(&keys[i]).is_ok())
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+fn resolve(c: &mut Criterion) {
+    let mut group = c.benchmark_group("resolve");
+    for rules in [10, 10_000] {
+        let limits = Limits::from_toml(&config(rules, GENEROUS)).unwrap();
+        let set = limits.rules();
+        group.bench_function(BenchmarkId::from_parameter(format!("rules={rules}")), |b| {
+            b.iter(|| {
+                black_box(
+                    set.resolve(black_box("api/search/deeper/path"), "10.0.0.1")
+                        .is_some(),
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
+fn layer(c: &mut Criterion) {
+    let mut group = c.benchmark_group("layer");
+    let inner = tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(http_body_util::Empty::<bytes::Bytes>::new()))
+    });
+    let request = || {
+        let mut request = Request::get("/api/search?q=rust").body(()).unwrap();
+        request
+            .extensions_mut()
+            .insert(PeerAddr(SocketAddr::new(client(1), 40_000)));
+        request
+    };
+    // The same request through the inner service alone: the baseline to subtract.
+    let mut bare = inner;
+    group.bench_function("bare", |b| {
+        b.iter(|| black_box(settle(bare.call(request())).unwrap().status()))
+    });
+    for (name, rate) in [("admitted", GENEROUS), ("denied", "1/h")] {
+        let limits = Limits::from_toml(&config(10, rate)).unwrap();
+        let mut service = RateLimit::new(inner, limits);
+        group.bench_function(name, |b| {
+            b.iter(|| black_box(settle(service.call(request())).unwrap().status()))
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(std::time::Duration::from_millis(500))
+        .measurement_time(std::time::Duration::from_secs(2));
+    targets = decision, governor_reference, resolve, layer
+}
+criterion_main!(benches);

@@ -24,9 +24,9 @@ use arc_swap::ArcSwap;
 use http::Request;
 
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::config::{ConfigError, Limit, Per, Rule, RuleSet};
-use crate::config::rules::{inline_path, read_sources};
 use crate::config::Source;
+use crate::config::rules::{inline_path, read_sources};
+use crate::config::{ConfigError, Limit, Per, Rule, RuleSet};
 use crate::decision::Decision;
 use crate::key::{Client, SegmentBuffer, normalize_route};
 use crate::store::{BucketRef, CheckMode, CheckRequest, MemoryStore, Store, StoreError};
@@ -103,7 +103,10 @@ impl<St: Store> LimitsBuilder<St> {
         self,
         paths: impl IntoIterator<Item = P>,
     ) -> Result<Limits<St>, ConfigError> {
-        let paths: Vec<PathBuf> = paths.into_iter().map(|p| p.as_ref().to_path_buf()).collect();
+        let paths: Vec<PathBuf> = paths
+            .into_iter()
+            .map(|p| p.as_ref().to_path_buf())
+            .collect();
         let sources = read_sources(&paths)?;
         self.build(&sources)
     }
@@ -178,13 +181,43 @@ impl<St: Store> Limits<St> {
     }
 
     /// Takes `cost` tokens for `key` as of `at` — for replaying recorded events.
-    pub async fn check_at(&self, key: &str, cost: u64, at: Timestamp) -> Result<Decision, StoreError> {
-        self.key_decision(key, CheckMode::Consume, Some(cost), at).await
+    pub async fn check_at(
+        &self,
+        key: &str,
+        cost: u64,
+        at: Timestamp,
+    ) -> Result<Decision, StoreError> {
+        self.key_decision(key, CheckMode::Consume, Some(cost), at)
+            .await
     }
 
     /// Reports the state of `key`'s bucket without taking anything.
     pub async fn peek(&self, key: &str) -> Result<Decision, StoreError> {
-        self.key_decision(key, CheckMode::Peek, None, self.now()).await
+        self.key_decision(key, CheckMode::Peek, None, self.now())
+            .await
+    }
+
+    /// Decides `request` exactly as the layer would — key, rule, bucket — and takes its
+    /// tokens, without calling any service. `None` when no rule limits it.
+    ///
+    /// For middleware outside tower. With the in-memory store the future is ready at once.
+    ///
+    /// ```
+    /// use tollgate::{Limits, key::PeerAddr};
+    ///
+    /// let limits = Limits::from_toml("[limits]\nlogin = \"1/min\"\n")?;
+    /// let mut request = http::Request::get("/login").body(())?;
+    /// request.extensions_mut().insert(PeerAddr("192.0.2.1:1".parse()?));
+    /// let decision = limits.check_request(&request).map(|check| check.into_inner());
+    /// assert!(decision.unwrap()?.allowed);
+    /// assert!(limits.check_request(&http::Request::get("/other").body(())?).is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_request<B>(&self, request: &Request<B>) -> Option<St::Future> {
+        match self.plan(&self.rules(), request) {
+            Plan::Pass => None,
+            Plan::Check { decision, .. } => Some(decision),
+        }
     }
 
     async fn key_decision(

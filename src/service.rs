@@ -93,12 +93,18 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
-    pub(crate) fn new(result: Result<Decision, StoreError>, rule: &Rule, rules: &RuleSet) -> Outcome {
+    pub(crate) fn new(
+        result: Result<Decision, StoreError>,
+        rule: &Rule,
+        rules: &RuleSet,
+    ) -> Outcome {
         let response = rules.response();
         match result {
-            Ok(decision) if decision.allowed => {
-                Outcome::Admit(Some(RateLimitHeaders::new(rule, &decision, response.headers)))
-            }
+            Ok(decision) if decision.allowed => Outcome::Admit(Some(RateLimitHeaders::new(
+                rule,
+                &decision,
+                response.headers,
+            ))),
             Ok(decision) => Outcome::Reject(rejection(rule, &decision, response)),
             Err(error) => {
                 // Failing open: a broken store must not take the service down with it.

@@ -45,7 +45,9 @@ pub(crate) fn decide(
     commit: bool,
 ) -> Decision {
     let allowed = tats.iter().zip(quotas).all(|(&tat, quota)| {
-        let after = tat.max(now).saturating_add(cost.saturating_mul(quota.interval_nanos()));
+        let after = tat
+            .max(now)
+            .saturating_add(cost.saturating_mul(quota.interval_nanos()));
         after - now <= quota.capacity_nanos()
     });
 
@@ -168,7 +170,10 @@ mod tests {
         let denied = decide(&mut tats, &quotas, 1, NOW, true);
         assert!(!denied.allowed);
         assert_eq!(tats, before, "the per-minute quota kept its tokens");
-        assert_eq!(denied.quota, 1, "the per-second quota is the one that denied");
+        assert_eq!(
+            denied.quota, 1,
+            "the per-second quota is the one that denied"
+        );
         assert_eq!(denied.limit, 2);
         assert_eq!(denied.retry_after, Duration::from_millis(500));
     }
@@ -244,6 +249,92 @@ mod tests {
                 theirs.check().is_ok(),
                 "step {step}"
             );
+        }
+    }
+
+    /// A plain token bucket: `level` is tokens × interval, in nanoseconds, so refill is
+    /// exact integer arithmetic. Equivalent to GCRA for time that never goes backwards.
+    struct Reference {
+        level: u64,
+        last: u64,
+        quota: Quota,
+    }
+
+    impl Reference {
+        fn new(quota: Quota, now: u64) -> Self {
+            Reference {
+                level: quota.capacity_nanos(),
+                last: now,
+                quota,
+            }
+        }
+
+        fn refill(&mut self, now: u64) {
+            self.level = (self.level + (now - self.last)).min(self.quota.capacity_nanos());
+            self.last = now;
+        }
+
+        fn admits(&self, cost: u64) -> bool {
+            cost * self.quota.interval_nanos() <= self.level
+        }
+
+        fn take(&mut self, cost: u64) {
+            self.level -= cost * self.quota.interval_nanos();
+        }
+
+        fn remaining(&self) -> u64 {
+            self.level / self.quota.interval_nanos()
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn matches_a_plain_token_bucket(
+            count in 1u32..50,
+            period_ms in 1u64..5_000,
+            extra_burst in 0u32..20,
+            steps in proptest::collection::vec((0u64..2_000_000_000, 1u64..5), 1..200),
+        ) {
+            let rate = crate::config::Rate::new(
+                NonZeroU32::new(count).unwrap(),
+                Duration::from_millis(period_ms),
+            ).unwrap();
+            let burst = NonZeroU32::new(count + extra_burst).unwrap();
+            let quota = Quota::new(rate, burst).unwrap();
+            let mut tats = [0];
+            let mut now = NOW;
+            let mut model = Reference::new(quota, now);
+            for (advance, cost) in steps {
+                now += advance;
+                model.refill(now);
+                let cost = cost.min(u64::from(burst.get()));
+                let decision = decide(&mut tats, &[quota], cost, now, true);
+                proptest::prop_assert_eq!(decision.allowed, model.admits(cost));
+                if decision.allowed {
+                    model.take(cost);
+                }
+                proptest::prop_assert_eq!(decision.remaining, model.remaining());
+            }
+        }
+
+        #[test]
+        fn several_quotas_act_as_one_all_or_nothing_bucket(
+            steps in proptest::collection::vec((0u64..400_000_000, 1u64..3), 1..300),
+        ) {
+            let quotas = [quota("10/s", 10), quota("3/s", 4)];
+            let mut tats = [0, 0];
+            let mut now = NOW;
+            let mut models = quotas.map(|q| Reference::new(q, now));
+            for (advance, cost) in steps {
+                now += advance;
+                models.iter_mut().for_each(|m| m.refill(now));
+                let decision = decide(&mut tats, &quotas, cost, now, true);
+                let admitted = models.iter().all(|m| m.admits(cost));
+                proptest::prop_assert_eq!(decision.allowed, admitted);
+                if admitted {
+                    models.iter_mut().for_each(|m| m.take(cost));
+                }
+            }
         }
     }
 }

@@ -132,7 +132,9 @@ impl FromStr for Rate {
         if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
             return Err(RateError::BadCount(count.to_owned()));
         }
-        let count: u64 = count.parse().map_err(|_| RateError::CountTooLarge(owned()))?;
+        let count: u64 = count
+            .parse()
+            .map_err(|_| RateError::CountTooLarge(owned()))?;
         let count = u32::try_from(count).map_err(|_| RateError::CountTooLarge(owned()))?;
         let count = NonZeroU32::new(count).ok_or_else(|| RateError::ZeroCount(owned()))?;
 

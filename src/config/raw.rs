@@ -140,11 +140,17 @@ where
             }
 
             fn visit_str<E: de::Error>(self, value: &str) -> Result<Self::Value, E> {
-                Ok(OneOrMany(vec![(T::deserialize(value.into_deserializer())?, None)]))
+                Ok(OneOrMany(vec![(
+                    T::deserialize(value.into_deserializer())?,
+                    None,
+                )]))
             }
 
             fn visit_i64<E: de::Error>(self, value: i64) -> Result<Self::Value, E> {
-                Ok(OneOrMany(vec![(T::deserialize(value.into_deserializer())?, None)]))
+                Ok(OneOrMany(vec![(
+                    T::deserialize(value.into_deserializer())?,
+                    None,
+                )]))
             }
 
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
@@ -175,10 +181,20 @@ mod tests {
             "#,
         )
         .unwrap();
-        let api = file.limits.iter().find(|(k, _)| k.get_ref() == "api").unwrap().1;
+        let api = file
+            .limits
+            .iter()
+            .find(|(k, _)| k.get_ref() == "api")
+            .unwrap()
+            .1;
         let rates = &api.get_ref().rate.as_ref().unwrap().get_ref().0;
         assert_eq!(rates[0].0, "100/min");
-        let login = file.limits.iter().find(|(k, _)| k.get_ref() == "login").unwrap().1;
+        let login = file
+            .limits
+            .iter()
+            .find(|(k, _)| k.get_ref() == "login")
+            .unwrap()
+            .1;
         let login = login.get_ref();
         assert_eq!(login.rate.as_ref().unwrap().get_ref().0.len(), 2);
         assert!(login.rate.as_ref().unwrap().get_ref().0[1].1.is_some());
@@ -191,7 +207,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown field `brust`"), "{err}");
-        let err = toml::from_str::<RawFile>("[limitz]\n").unwrap_err().to_string();
+        let err = toml::from_str::<RawFile>("[limitz]\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown field `limitz`"), "{err}");
     }
 }

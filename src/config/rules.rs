@@ -15,8 +15,8 @@ use ipnet::IpNet;
 use toml::Spanned;
 
 use super::error::{Diagnostic, Source};
-use super::raw::{OneOrMany, Per, RawFile, RawRule};
 use super::rate::Rate;
+use super::raw::{OneOrMany, Per, RawFile, RawRule};
 use crate::Quota;
 use crate::key::{ClientSettings, ClientSource, RouteSettings, TrustedProxies, normalize_route};
 use crate::response::{BodyTemplate, ResponseSettings};
@@ -188,9 +188,8 @@ impl RuleSet {
         for source in sources {
             match toml::from_str::<RawFile>(&source.text) {
                 Ok(raw) => parsed.push((source, raw)),
-                Err(error) => diagnostics.push(
-                    source.at(error.span().unwrap_or(0..0), error.message().trim_end()),
-                ),
+                Err(error) => diagnostics
+                    .push(source.at(error.span().unwrap_or(0..0), error.message().trim_end())),
             }
         }
         if !diagnostics.is_empty() {
@@ -369,7 +368,9 @@ fn compile_limit(
     for (text, span) in &rate_field.get_ref().0 {
         match text.parse::<Rate>() {
             Ok(rate) => rates.push((rate, span_of(span, rate_field.span()))),
-            Err(error) => diagnostics.push(source.at(span_of(span, rate_field.span()), error.to_string())),
+            Err(error) => {
+                diagnostics.push(source.at(span_of(span, rate_field.span()), error.to_string()))
+            }
         }
     }
     if rate_field.get_ref().0.is_empty() {
@@ -470,7 +471,10 @@ impl Settings {
                 Ok(d @ 1..=1024) => self.route.max_depth = d,
                 _ => diagnostics.push(source.at(
                     depth.span(),
-                    format!("max_depth must be between 1 and 1024, found {}", depth.get_ref()),
+                    format!(
+                        "max_depth must be between 1 and 1024, found {}",
+                        depth.get_ref()
+                    ),
                 )),
             }
         }
@@ -490,7 +494,8 @@ impl Settings {
                 }
             }
             if sources.get_ref().is_empty() {
-                diagnostics.push(source.at(sources.span(), "sources must name at least one source"));
+                diagnostics
+                    .push(source.at(sources.span(), "sources must name at least one source"));
             }
             self.client.sources = parsed;
         }
@@ -501,7 +506,10 @@ impl Settings {
                     Some(network) => networks.push(network),
                     None => diagnostics.push(source.at(
                         item.span(),
-                        format!("trusted proxy \"{}\" is not an IP address or CIDR network", item.get_ref()),
+                        format!(
+                            "trusted proxy \"{}\" is not an IP address or CIDR network",
+                            item.get_ref()
+                        ),
                     )),
                 }
             }
@@ -512,18 +520,29 @@ impl Settings {
                 Ok(p @ 1..=128) => self.client.ipv6_prefix = p,
                 _ => diagnostics.push(source.at(
                     prefix.span(),
-                    format!("ipv6_prefix must be between 1 and 128, found {}", prefix.get_ref()),
+                    format!(
+                        "ipv6_prefix must be between 1 and 128, found {}",
+                        prefix.get_ref()
+                    ),
                 )),
             }
         }
 
         let response = &raw.response;
         if let Some(status) = &response.status {
-            match u16::try_from(*status.get_ref()).ok().and_then(|s| StatusCode::from_u16(s).ok()) {
-                Some(code) if code.is_client_error() || code.is_server_error() => self.response.status = code,
+            match u16::try_from(*status.get_ref())
+                .ok()
+                .and_then(|s| StatusCode::from_u16(s).ok())
+            {
+                Some(code) if code.is_client_error() || code.is_server_error() => {
+                    self.response.status = code
+                }
                 _ => diagnostics.push(source.at(
                     status.span(),
-                    format!("status must be a 4xx or 5xx code, found {}", status.get_ref()),
+                    format!(
+                        "status must be a 4xx or 5xx code, found {}",
+                        status.get_ref()
+                    ),
                 )),
             }
         }
@@ -538,7 +557,10 @@ impl Settings {
                 Ok(value) => self.response.content_type = value,
                 Err(_) => diagnostics.push(source.at(
                     content_type.span(),
-                    format!("content_type \"{}\" is not a valid header value", content_type.get_ref()),
+                    format!(
+                        "content_type \"{}\" is not a valid header value",
+                        content_type.get_ref()
+                    ),
                 )),
             }
         }
@@ -551,7 +573,9 @@ fn parse_source(text: &str) -> Option<ClientSource> {
         return Some(ClientSource::Ip);
     }
     let name = text.strip_prefix("header:")?.trim();
-    HeaderName::from_bytes(name.as_bytes()).ok().map(ClientSource::Header)
+    HeaderName::from_bytes(name.as_bytes())
+        .ok()
+        .map(ClientSource::Header)
 }
 
 fn parse_network(text: &str) -> Option<IpNet> {
@@ -682,8 +706,14 @@ mod tests {
             "#,
         )
         .unwrap();
-        assert_eq!(resolved(&set, "api/search", "203.0.113.7").unwrap(), "api/search");
-        assert_eq!(resolved(&set, "api/search/deep", "1.2.3.4").unwrap(), "api/search");
+        assert_eq!(
+            resolved(&set, "api/search", "203.0.113.7").unwrap(),
+            "api/search"
+        );
+        assert_eq!(
+            resolved(&set, "api/search/deep", "1.2.3.4").unwrap(),
+            "api/search"
+        );
         assert_eq!(resolved(&set, "api/other", "1.2.3.4").unwrap(), "api");
         assert_eq!(resolved(&set, "api", "1.2.3.4").unwrap(), "api");
         assert_eq!(
@@ -742,45 +772,120 @@ mod tests {
         let Limit::Limited { quotas, cost, per } = api.limit() else {
             panic!("api is limited")
         };
-        assert_eq!(quotas.iter().map(Quota::burst).collect::<Vec<_>>(), [150, 5]);
+        assert_eq!(
+            quotas.iter().map(Quota::burst).collect::<Vec<_>>(),
+            [150, 5]
+        );
         assert_eq!((*cost, *per), (2, Per::Client));
         assert_eq!(
             api.policy(0).unwrap(),
             &HeaderValue::from_static("\"api\";q=150;w=90")
         );
         let export = set.resolve("export", "x").unwrap();
-        assert!(matches!(export.limit(), Limit::Limited { per: Per::Global, .. }));
-        assert_eq!(set.resolve("healthz", "x").unwrap().limit(), &Limit::Unlimited);
+        assert!(matches!(
+            export.limit(),
+            Limit::Limited {
+                per: Per::Global,
+                ..
+            }
+        ));
+        assert_eq!(
+            set.resolve("healthz", "x").unwrap().limit(),
+            &Limit::Unlimited
+        );
     }
 
     #[test]
     fn invalid_configs_name_file_line_column_and_problem() {
         let cases = [
-            ("[limits]\napi = \"0/s\"\n", "limits.toml:2:7: rate count must be at least 1"),
-            ("[limits]\napi = \"5/fortnight\"\n", "limits.toml:2:7: unknown time unit \"fortnight\""),
-            ("[limits.api]\nrate = \"1/s\"\nburst = 0\n", "limits.toml:3:9: burst must be between 1"),
-            ("[limits.api]\nrate = \"10/s\"\ncost = 11\n", "limits.toml:3:8: cost 11 is larger than burst 10"),
-            ("[limits.api]\nrate = \"10/s\"\ncost = 0\n", "limits.toml:3:8: cost must be at least 1"),
-            ("[limits.api]\nrate = [\"1/s\", \"bad\"]\n", "limits.toml:2:16: expected a rate"),
-            ("[limits.api]\nrate = []\n", "limits.toml:2:8: rate list is empty"),
-            ("[limits.api]\nrate = [\"1/s\", \"5/m\"]\nburst = 3\n", "limits.toml:3:9: rule \"api\" has 2 rate(s) but 1 burst value(s)"),
-            ("[limits.api]\nburst = 3\n", "limits.toml:1:1: rule \"api\" needs a rate"),
-            ("[limits.api]\nunlimited = true\nrate = \"1/s\"\n", "rule \"api\" is unlimited and cannot also set rate"),
-            ("[limits.api]\nrate = \"1/s\"\nbrust = 3\n", "limits.toml:3:1: unknown field `brust`"),
-            ("[limits.api]\nrate = \"1/s\"\nper = \"everyone\"\n", "limits.toml:3:7: unknown variant `everyone`"),
-            ("[limits]\n\"/api/\" = \"1/s\"\n\"api\" = \"2/s\"\n", "limits.toml:3:1: rule \"api\" normalises to \"api\", the same key as the rule on line 2"),
-            ("[key]\nmax_depth = 2\n[limits]\n\"a/b/c/d\" = \"1/s\"\n", "limits.toml:4:1: rule \"a/b/c/d\" has 4 segments"),
-            ("[key]\nmax_depth = 0\n", "limits.toml:2:13: max_depth must be between 1 and 1024, found 0"),
-            ("[client]\nsources = [\"cookie:x\"]\n", "limits.toml:2:12: unknown client source \"cookie:x\""),
-            ("[client]\ntrusted_proxies = [\"10.0.0.0/33\"]\n", "limits.toml:2:20: trusted proxy \"10.0.0.0/33\""),
-            ("[client]\nipv6_prefix = 129\n", "limits.toml:2:15: ipv6_prefix must be between 1 and 128"),
-            ("[response]\nstatus = 200\n", "limits.toml:2:10: status must be a 4xx or 5xx code, found 200"),
-            ("[response]\nheaders = \"fancy\"\n", "limits.toml:2:11: unknown variant `fancy`"),
+            (
+                "[limits]\napi = \"0/s\"\n",
+                "limits.toml:2:7: rate count must be at least 1",
+            ),
+            (
+                "[limits]\napi = \"5/fortnight\"\n",
+                "limits.toml:2:7: unknown time unit \"fortnight\"",
+            ),
+            (
+                "[limits.api]\nrate = \"1/s\"\nburst = 0\n",
+                "limits.toml:3:9: burst must be between 1",
+            ),
+            (
+                "[limits.api]\nrate = \"10/s\"\ncost = 11\n",
+                "limits.toml:3:8: cost 11 is larger than burst 10",
+            ),
+            (
+                "[limits.api]\nrate = \"10/s\"\ncost = 0\n",
+                "limits.toml:3:8: cost must be at least 1",
+            ),
+            (
+                "[limits.api]\nrate = [\"1/s\", \"bad\"]\n",
+                "limits.toml:2:16: expected a rate",
+            ),
+            (
+                "[limits.api]\nrate = []\n",
+                "limits.toml:2:8: rate list is empty",
+            ),
+            (
+                "[limits.api]\nrate = [\"1/s\", \"5/m\"]\nburst = 3\n",
+                "limits.toml:3:9: rule \"api\" has 2 rate(s) but 1 burst value(s)",
+            ),
+            (
+                "[limits.api]\nburst = 3\n",
+                "limits.toml:1:1: rule \"api\" needs a rate",
+            ),
+            (
+                "[limits.api]\nunlimited = true\nrate = \"1/s\"\n",
+                "rule \"api\" is unlimited and cannot also set rate",
+            ),
+            (
+                "[limits.api]\nrate = \"1/s\"\nbrust = 3\n",
+                "limits.toml:3:1: unknown field `brust`",
+            ),
+            (
+                "[limits.api]\nrate = \"1/s\"\nper = \"everyone\"\n",
+                "limits.toml:3:7: unknown variant `everyone`",
+            ),
+            (
+                "[limits]\n\"/api/\" = \"1/s\"\n\"api\" = \"2/s\"\n",
+                "limits.toml:3:1: rule \"api\" normalises to \"api\", the same key as the rule on line 2",
+            ),
+            (
+                "[key]\nmax_depth = 2\n[limits]\n\"a/b/c/d\" = \"1/s\"\n",
+                "limits.toml:4:1: rule \"a/b/c/d\" has 4 segments",
+            ),
+            (
+                "[key]\nmax_depth = 0\n",
+                "limits.toml:2:13: max_depth must be between 1 and 1024, found 0",
+            ),
+            (
+                "[client]\nsources = [\"cookie:x\"]\n",
+                "limits.toml:2:12: unknown client source \"cookie:x\"",
+            ),
+            (
+                "[client]\ntrusted_proxies = [\"10.0.0.0/33\"]\n",
+                "limits.toml:2:20: trusted proxy \"10.0.0.0/33\"",
+            ),
+            (
+                "[client]\nipv6_prefix = 129\n",
+                "limits.toml:2:15: ipv6_prefix must be between 1 and 128",
+            ),
+            (
+                "[response]\nstatus = 200\n",
+                "limits.toml:2:10: status must be a 4xx or 5xx code, found 200",
+            ),
+            (
+                "[response]\nheaders = \"fancy\"\n",
+                "limits.toml:2:11: unknown variant `fancy`",
+            ),
             ("[limits\n", "limits.toml:1:8:"),
         ];
         for (text, expected) in cases {
             let error = compile(text).expect_err(text);
-            assert!(error.starts_with(expected) || error.contains(expected), "config {text:?}\n  gave {error}\n  expected {expected}");
+            assert!(
+                error.starts_with(expected) || error.contains(expected),
+                "config {text:?}\n  gave {error}\n  expected {expected}"
+            );
         }
     }
 
@@ -793,8 +898,14 @@ mod tests {
     #[test]
     fn later_files_override_earlier_rule_by_rule() {
         let set = RuleSet::compile(&[
-            Source::new("global.toml", "[limits]\n\"/\" = \"10/s\"\napi = \"100/min\"\n[response]\nstatus = 503\n"),
-            Source::new("local.toml", "[limits]\napi = \"5/min\"\n[response]\nheaders = \"both\"\n"),
+            Source::new(
+                "global.toml",
+                "[limits]\n\"/\" = \"10/s\"\napi = \"100/min\"\n[response]\nstatus = 503\n",
+            ),
+            Source::new(
+                "local.toml",
+                "[limits]\napi = \"5/min\"\n[response]\nheaders = \"both\"\n",
+            ),
         ])
         .unwrap();
         let api = set.resolve("api", "x").unwrap();

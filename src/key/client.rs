@@ -122,11 +122,8 @@ impl<'a> Client<'a> {
             match source {
                 ClientSource::Ip => {
                     if let Some(peer) = peer_ip(request) {
-                        let address = client_address(
-                            request.headers(),
-                            peer,
-                            &settings.trusted_proxies,
-                        );
+                        let address =
+                            client_address(request.headers(), peer, &settings.trusted_proxies);
                         return Client::from_ip(address, settings.ipv6_prefix);
                     }
                 }
@@ -293,8 +290,14 @@ mod tests {
             Client::from_ip("2001:db8::1".parse().unwrap(), 0).to_string(),
             "::"
         );
-        let longest = Client::from_ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap(), 128);
-        assert_eq!(longest.to_string(), "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");
+        let longest = Client::from_ip(
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap(),
+            128,
+        );
+        assert_eq!(
+            longest.to_string(),
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+        );
     }
 
     #[test]
@@ -334,7 +337,10 @@ mod tests {
     #[test]
     fn no_source_present_is_unknown() {
         let only_ip = settings(&["ip"]);
-        assert_eq!(Client::identify(&request(None, &[]), &only_ip), Client::Unknown);
+        assert_eq!(
+            Client::identify(&request(None, &[]), &only_ip),
+            Client::Unknown
+        );
         assert_eq!(Client::Unknown.to_string(), "unknown");
     }
 

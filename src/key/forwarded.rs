@@ -68,7 +68,11 @@ const X_REAL_IP: &str = "x-real-ip";
 /// The client address for a request whose TCP peer is `peer`.
 ///
 /// Returns `peer` itself unless it is a trusted proxy; see the module docs.
-pub(crate) fn client_address(headers: &HeaderMap, peer: IpAddr, trusted: &TrustedProxies) -> IpAddr {
+pub(crate) fn client_address(
+    headers: &HeaderMap,
+    peer: IpAddr,
+    trusted: &TrustedProxies,
+) -> IpAddr {
     if trusted.is_empty() || !trusted.contains(peer) {
         return peer;
     }
@@ -237,7 +241,10 @@ mod tests {
     fn several_trusted_hops_are_skipped() {
         assert_eq!(
             client(
-                &[("x-forwarded-for", "6.6.6.6, 198.51.100.9, 10.0.0.2, 10.0.0.3")],
+                &[(
+                    "x-forwarded-for",
+                    "6.6.6.6, 198.51.100.9, 10.0.0.2, 10.0.0.3"
+                )],
                 "127.0.0.1",
                 &["127.0.0.1", "10.0.0.0/8"]
             ),
@@ -260,7 +267,11 @@ mod tests {
     #[test]
     fn all_trusted_means_the_left_most() {
         assert_eq!(
-            client(&[("x-forwarded-for", "10.0.0.9, 10.0.0.2")], "10.0.0.1", &["10.0.0.0/8"]),
+            client(
+                &[("x-forwarded-for", "10.0.0.9, 10.0.0.2")],
+                "10.0.0.1",
+                &["10.0.0.0/8"]
+            ),
             "10.0.0.9"
         );
     }
@@ -318,7 +329,11 @@ mod tests {
             "192.0.2.60"
         );
         assert_eq!(
-            client(&[("forwarded", "for=unknown, for=10.0.0.5")], "10.0.0.1", proxies),
+            client(
+                &[("forwarded", "for=unknown, for=10.0.0.5")],
+                "10.0.0.1",
+                proxies
+            ),
             "10.0.0.5"
         );
         assert_eq!(
@@ -330,7 +345,11 @@ mod tests {
     #[test]
     fn real_ip_from_a_trusted_peer() {
         assert_eq!(
-            client(&[("x-real-ip", "198.51.100.4")], "10.0.0.1", &["10.0.0.0/8"]),
+            client(
+                &[("x-real-ip", "198.51.100.4")],
+                "10.0.0.1",
+                &["10.0.0.0/8"]
+            ),
             "198.51.100.4"
         );
     }

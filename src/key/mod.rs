@@ -11,7 +11,7 @@ mod client;
 mod forwarded;
 mod path;
 
-pub use client::{Client, ClientSettings, ClientSource, MAX_HEADER_IDENTITY, PeerAddr};
 pub(crate) use client::SegmentBuffer;
+pub use client::{Client, ClientSettings, ClientSource, MAX_HEADER_IDENTITY, PeerAddr};
 pub use forwarded::TrustedProxies;
 pub use path::{RouteSettings, normalize_route};

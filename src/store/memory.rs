@@ -117,7 +117,10 @@ impl MemoryStore {
         if decision.allowed && commit {
             let entry = Entry {
                 rule: request.bucket.rule,
-                client: request.bucket.client.map(|client| client.clone().into_owned()),
+                client: request
+                    .bucket
+                    .client
+                    .map(|client| client.clone().into_owned()),
                 tats,
             };
             let hasher = &self.hasher;
@@ -161,9 +164,18 @@ mod tests {
         [Quota::new(rate.parse().unwrap(), NonZeroU32::new(burst).unwrap()).unwrap()]
     }
 
-    fn check(store: &MemoryStore, rule: u32, client: Option<&Client<'_>>, quotas: &[Quota], now: crate::clock::Timestamp) -> Decision {
+    fn check(
+        store: &MemoryStore,
+        rule: u32,
+        client: Option<&Client<'_>>,
+        quotas: &[Quota],
+        now: crate::clock::Timestamp,
+    ) -> Decision {
         store.decide(CheckRequest {
-            bucket: BucketRef { rule: RuleId::new(rule), client },
+            bucket: BucketRef {
+                rule: RuleId::new(rule),
+                client,
+            },
             quotas,
             cost: 1,
             now,
@@ -208,7 +220,10 @@ mod tests {
         let q = quotas("1/min", 1);
         let a = Client::Unknown;
         store.decide(CheckRequest {
-            bucket: BucketRef { rule: RuleId::new(0), client: Some(&a) },
+            bucket: BucketRef {
+                rule: RuleId::new(0),
+                client: Some(&a),
+            },
             quotas: &q,
             cost: 1,
             now: clock.now(),

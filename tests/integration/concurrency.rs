@@ -10,7 +10,8 @@ use crate::support::now_or_never;
 
 #[test]
 fn hammering_one_key_never_admits_more_than_burst_plus_refill() {
-    let limits = Limits::from_toml("[limits]\n\"/\" = { rate = \"1000/s\", burst = 50 }\n").unwrap();
+    let limits =
+        Limits::from_toml("[limits]\n\"/\" = { rate = \"1000/s\", burst = 50 }\n").unwrap();
     let admitted = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let threads: Vec<_> = (0..8)
@@ -37,7 +38,10 @@ fn hammering_one_key_never_admits_more_than_burst_plus_refill() {
     let elapsed = started.elapsed();
     let admitted = admitted.load(Ordering::Relaxed);
     let bound = 50 + (elapsed.as_secs_f64() * 1000.0).ceil() as u64;
-    assert!(admitted <= bound, "admitted {admitted} > bound {bound} over {elapsed:?}");
+    assert!(
+        admitted <= bound,
+        "admitted {admitted} > bound {bound} over {elapsed:?}"
+    );
     // The bucket was really drained and refilled, so the bound was tested, not idle.
     assert!(admitted > 50, "admitted only {admitted}");
 }

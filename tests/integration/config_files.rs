@@ -24,9 +24,13 @@ fn the_sample_config_means_what_its_comments_say() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
     let limits = Limits::load([dir.join("limits.toml")]).unwrap();
     let rules = limits.rules();
-    let name = |route: &str, client: &str| rules.resolve(route, client).map(|r| r.name().to_owned());
+    let name =
+        |route: &str, client: &str| rules.resolve(route, client).map(|r| r.name().to_owned());
     assert_eq!(name("api/search", "203.0.113.7").unwrap(), "api/search");
-    assert_eq!(name("api/search", "192.168.11.3").unwrap(), "api/search/192.168.11.3");
+    assert_eq!(
+        name("api/search", "192.168.11.3").unwrap(),
+        "api/search/192.168.11.3"
+    );
     assert_eq!(name("api/orders", "203.0.113.7").unwrap(), "api");
     assert_eq!(name("apiv2", "203.0.113.7").unwrap(), "/");
 }
@@ -35,8 +39,14 @@ fn the_sample_config_means_what_its_comments_say() {
 fn a_missing_file_is_an_error_naming_it() {
     let error = Limits::load(["/nonexistent/tollgate.toml"]).unwrap_err();
     assert!(matches!(error, ConfigError::Read { .. }));
-    assert!(error.to_string().contains("/nonexistent/tollgate.toml"), "{error}");
-    assert!(matches!(Limits::load(Vec::<&str>::new()), Err(ConfigError::NoFiles)));
+    assert!(
+        error.to_string().contains("/nonexistent/tollgate.toml"),
+        "{error}"
+    );
+    assert!(matches!(
+        Limits::load(Vec::<&str>::new()),
+        Err(ConfigError::NoFiles)
+    ));
 }
 
 #[test]
@@ -44,12 +54,19 @@ fn invalid_files_are_refused_with_path_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
     let mut file = std::fs::File::create(&path).unwrap();
-    writeln!(file, "[limits]\n\"/\" = \"10/s\"\napi = {{ rate = \"10/s\", burst = 0 }}").unwrap();
+    writeln!(
+        file,
+        "[limits]\n\"/\" = \"10/s\"\napi = {{ rate = \"10/s\", burst = 0 }}"
+    )
+    .unwrap();
     let error = Limits::load([&path]).unwrap_err();
     let text = error.to_string();
     assert_eq!(
         text,
-        format!("{}:3:32: burst must be between 1 and 4294967295, found 0", path.display())
+        format!(
+            "{}:3:32: burst must be between 1 and 4294967295, found 0",
+            path.display()
+        )
     );
     assert_eq!(error.diagnostics().len(), 1);
 }

@@ -47,5 +47,9 @@ async fn works_around_a_plain_hyper_service() {
     assert_eq!(get(address, "/", &[]).await.status, StatusCode::OK);
     let denied = get(address, "/", &[]).await;
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
-    assert!(denied.body.starts_with(r#"{"error":"rate_limited","retry_after":"#));
+    assert!(
+        denied
+            .body
+            .starts_with(r#"{"error":"rate_limited","retry_after":"#)
+    );
 }

@@ -78,10 +78,18 @@ async fn the_most_specific_rule_applies_and_keys_are_normalised() {
     "#;
     let address = serve(app(config, &clock)).await;
     let first = send(address, "/api/search", &[]).await;
-    assert_eq!(first.header("ratelimit-policy"), Some("\"api/search\";q=1;w=60"));
+    assert_eq!(
+        first.header("ratelimit-policy"),
+        Some("\"api/search\";q=1;w=60")
+    );
     // Spelling variants of the same route land in the same bucket (axum itself would
     // 404 some of them, but the limiter decides first).
-    for variant in ["/api/search?q=1", "//api/./search/", "/x/../api/%73earch", "/api/search%2F"] {
+    for variant in [
+        "/api/search?q=1",
+        "//api/./search/",
+        "/x/../api/%73earch",
+        "/api/search%2F",
+    ] {
         let reply = send(address, variant, &[]).await;
         assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS, "{variant}");
     }
@@ -100,29 +108,54 @@ async fn clients_behind_a_trusted_proxy_get_their_own_buckets() {
     "#;
     let address = serve(app(config, &clock)).await;
     let from = |ip: &'static str| [("x-forwarded-for", ip)];
-    assert_eq!(send(address, "/", &from("192.0.2.1")).await.status, StatusCode::OK);
-    assert_eq!(send(address, "/", &from("192.0.2.1")).await.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(send(address, "/", &from("192.0.2.2")).await.status, StatusCode::OK);
+    assert_eq!(
+        send(address, "/", &from("192.0.2.1")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(address, "/", &from("192.0.2.1")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send(address, "/", &from("192.0.2.2")).await.status,
+        StatusCode::OK
+    );
     // The per-client special case.
     for _ in 0..3 {
         let reply = send(address, "/", &from("192.0.2.9")).await;
         assert_eq!(reply.status, StatusCode::OK);
-        assert!(reply.header("ratelimit-policy").unwrap().starts_with("\"192.0.2.9\";q=3"));
+        assert!(
+            reply
+                .header("ratelimit-policy")
+                .unwrap()
+                .starts_with("\"192.0.2.9\";q=3")
+        );
     }
-    assert_eq!(send(address, "/", &from("192.0.2.9")).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        send(address, "/", &from("192.0.2.9")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
 }
 
 #[tokio::test]
 async fn spoofed_forwarding_headers_from_an_untrusted_peer_change_nothing() {
     let clock = FakeClock::new();
     let address = serve(app("[limits]\n\"/\" = \"1/min\"\n", &clock)).await;
-    assert_eq!(send(address, "/", &[("x-forwarded-for", "192.0.2.1")]).await.status, StatusCode::OK);
+    assert_eq!(
+        send(address, "/", &[("x-forwarded-for", "192.0.2.1")])
+            .await
+            .status,
+        StatusCode::OK
+    );
     for spoof in [
         ("x-forwarded-for", "192.0.2.2"),
         ("x-real-ip", "192.0.2.3"),
         ("forwarded", "for=192.0.2.4"),
     ] {
-        assert_eq!(send(address, "/", &[spoof]).await.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            send(address, "/", &[spoof]).await.status,
+            StatusCode::TOO_MANY_REQUESTS
+        );
     }
 }
 
@@ -137,11 +170,23 @@ async fn api_keys_identify_clients_and_fall_back_to_the_address() {
     "#;
     let address = serve(app(config, &clock)).await;
     let key = |k: &'static str| [("x-api-key", k)];
-    assert_eq!(send(address, "/", &key("alpha")).await.status, StatusCode::OK);
-    assert_eq!(send(address, "/", &key("alpha")).await.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(send(address, "/", &key("beta")).await.status, StatusCode::OK);
+    assert_eq!(
+        send(address, "/", &key("alpha")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(address, "/", &key("alpha")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send(address, "/", &key("beta")).await.status,
+        StatusCode::OK
+    );
     assert_eq!(send(address, "/", &[]).await.status, StatusCode::OK);
-    assert_eq!(send(address, "/", &[]).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        send(address, "/", &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
 }
 
 #[tokio::test]
@@ -170,16 +215,30 @@ async fn header_styles_status_and_body_are_configurable() {
     assert_eq!(denied.header("x-ratelimit-remaining"), Some("0"));
     assert_eq!(denied.header("x-ratelimit-reset"), Some("120"));
 
-    let legacy = serve(app("[response]\nheaders = \"legacy\"\n[limits]\n\"/\" = \"1/min\"\n", &clock)).await;
+    let legacy = serve(app(
+        "[response]\nheaders = \"legacy\"\n[limits]\n\"/\" = \"1/min\"\n",
+        &clock,
+    ))
+    .await;
     let reply = send(legacy, "/", &[]).await;
     assert_eq!(reply.header("ratelimit"), None);
     assert_eq!(reply.header("x-ratelimit-limit"), Some("1"));
 
-    let none = serve(app("[response]\nheaders = \"none\"\n[limits]\n\"/\" = \"1/min\"\n", &clock)).await;
+    let none = serve(app(
+        "[response]\nheaders = \"none\"\n[limits]\n\"/\" = \"1/min\"\n",
+        &clock,
+    ))
+    .await;
     let reply = send(none, "/", &[]).await;
-    assert!(!reply.headers.keys().any(|h| h.contains("ratelimit")), "{reply:?}");
+    assert!(
+        !reply.headers.keys().any(|h| h.contains("ratelimit")),
+        "{reply:?}"
+    );
     let denied = send(none, "/", &[]).await;
-    assert!(!denied.headers.keys().any(|h| h.contains("ratelimit")), "{denied:?}");
+    assert!(
+        !denied.headers.keys().any(|h| h.contains("ratelimit")),
+        "{denied:?}"
+    );
     assert_eq!(denied.header("retry-after"), Some("60"));
 }
 
@@ -214,11 +273,21 @@ async fn two_routers_sharing_a_layer_share_one_budget() {
         .from_toml("[limits]\n\"/\" = \"2/min\"\n")
         .unwrap();
     let layer = RateLimitLayer::new(limits);
-    let one = Router::new().route("/", get(|| async { "one" })).layer(layer.clone());
-    let two = Router::new().route("/", get(|| async { "two" })).layer(layer);
+    let one = Router::new()
+        .route("/", get(|| async { "one" }))
+        .layer(layer.clone());
+    let two = Router::new()
+        .route("/", get(|| async { "two" }))
+        .layer(layer);
     let (one, two) = (serve(one).await, serve(two).await);
     assert_eq!(send(one, "/", &[]).await.status, StatusCode::OK);
     assert_eq!(send(two, "/", &[]).await.status, StatusCode::OK);
-    assert_eq!(send(one, "/", &[]).await.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(send(two, "/", &[]).await.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        send(one, "/", &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send(two, "/", &[]).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
 }

@@ -1,5 +1,11 @@
 //! Integration tests: real servers on 127.0.0.1, a real HTTP client, real files.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs, unreachable_pub)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
 
 mod concurrency;
 mod config_files;

@@ -18,9 +18,12 @@ pub async fn serve(app: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .await
-            .unwrap();
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
     });
     address
 }
@@ -46,7 +49,10 @@ pub async fn get(address: SocketAddr, path: &str, headers: &[(&str, &str)]) -> R
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let response = client.request(request.body(Empty::new()).unwrap()).await.unwrap();
+    let response = client
+        .request(request.body(Empty::new()).unwrap())
+        .await
+        .unwrap();
     let status = response.status();
     let mut collected = BTreeMap::new();
     for (name, value) in response.headers() {
@@ -67,7 +73,10 @@ pub async fn get(address: SocketAddr, path: &str, headers: &[(&str, &str)]) -> R
 /// The value of a future that must be ready at once (the in-memory store never waits).
 pub fn now_or_never<F: Future>(future: F) -> F::Output {
     let mut future = pin!(future);
-    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
         Poll::Ready(output) => output,
         Poll::Pending => panic!("future was not ready at once"),
     }
