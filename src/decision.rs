@@ -1,11 +1,10 @@
 //! The answer to "may this request pass?".
 //!
 //! ```
-//! use std::time::Duration;
 //! use tollgate::Decision;
 //!
 //! let decision = Decision::unlimited();
-//! assert!(decision.allowed);
+//! assert!(decision.allowed());
 //! assert_eq!(decision.retry_after_secs(), 0);
 //! ```
 
@@ -13,29 +12,25 @@ use std::time::Duration;
 
 /// What a bucket said about one request, from one reading of the clock.
 ///
-/// With several quotas, the numbers describe the most restrictive one: on a denial the
+/// With several quotas, the figures describe the most restrictive one: on a denial the
 /// quota that keeps the client waiting longest, otherwise the one with the fewest tokens
 /// left. Durations are exact; the `*_secs` methods round up as HTTP headers need.
+///
+/// It keeps the raw nanosecond figures and derives the rest on demand, so a decision the
+/// caller only asks `allowed()` of costs no divisions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct Decision {
-    /// Whether the request may pass (and, for a consuming check, has taken its tokens).
-    pub allowed: bool,
-    /// Whole tokens left: after this request if it was admitted and consumed; as the
-    /// bucket stands for a denial or a peek.
-    pub remaining: u64,
-    /// The described quota's burst: tokens the bucket holds when full.
-    pub limit: u64,
-    /// Time the described quota takes to refill a whole burst.
-    pub window: Duration,
-    /// On a denial, time until a request of the same cost would be admitted; zero otherwise.
-    pub retry_after: Duration,
-    /// Time until the bucket is full again (every quota of the rule).
-    pub reset: Duration,
-    /// Time until `remaining` grows by one; zero when the bucket is full.
-    pub next_token: Duration,
-    /// Index into the rule's quotas of the quota these numbers describe.
-    pub quota: usize,
+    allowed: bool,
+    quota: u32,
+    /// The described quota's burst and emission interval (0 for "no limit").
+    burst: u64,
+    interval: u64,
+    /// Time until the described quota is full, as the bucket stands after this decision.
+    debt: u64,
+    /// On a denial, time until a request of the same cost would be admitted.
+    retry: u64,
+    /// Time until every quota of the rule is full.
+    reset: u64,
 }
 
 impl Decision {
@@ -43,42 +38,110 @@ impl Decision {
     pub const fn unlimited() -> Decision {
         Decision {
             allowed: true,
-            remaining: u64::MAX,
-            limit: u64::MAX,
-            window: Duration::ZERO,
-            retry_after: Duration::ZERO,
-            reset: Duration::ZERO,
-            next_token: Duration::ZERO,
             quota: 0,
+            burst: u64::MAX,
+            interval: 0,
+            debt: 0,
+            retry: 0,
+            reset: 0,
         }
+    }
+
+    pub(crate) const fn new(
+        allowed: bool,
+        quota: u32,
+        burst: u64,
+        interval: u64,
+        debt: u64,
+        retry: u64,
+    ) -> Decision {
+        Decision {
+            allowed,
+            quota,
+            burst,
+            interval,
+            debt,
+            retry,
+            reset: debt,
+        }
+    }
+
+    pub(crate) fn with_reset(mut self, reset: u64) -> Decision {
+        self.reset = reset;
+        self
+    }
+
+    /// Whether the request may pass (and, for a consuming check, has taken its tokens).
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// Whole tokens left: after this request if it was admitted and consumed; as the
+    /// bucket stands for a denial or a peek. `u64::MAX` when nothing limits the request.
+    pub fn remaining(&self) -> u64 {
+        match self.interval {
+            0 => u64::MAX,
+            interval => self.capacity().saturating_sub(self.debt) / interval,
+        }
+    }
+
+    /// The described quota's burst: tokens the bucket holds when full.
+    pub fn limit(&self) -> u64 {
+        self.burst
+    }
+
+    /// Time the described quota takes to refill a whole burst.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.capacity())
+    }
+
+    /// On a denial, time until a request of the same cost would be admitted; zero otherwise.
+    pub fn retry_after(&self) -> Duration {
+        Duration::from_nanos(self.retry)
+    }
+
+    /// Time until the bucket is full again (every quota of the rule).
+    pub fn reset(&self) -> Duration {
+        Duration::from_nanos(self.reset)
+    }
+
+    /// Time until [`remaining`](Self::remaining) grows by one; zero when the bucket is full.
+    pub fn next_token(&self) -> Duration {
+        Duration::from_nanos(self.next_token_nanos())
+    }
+
+    /// Index into the rule's quotas of the quota these figures describe.
+    pub fn quota(&self) -> usize {
+        self.quota as usize
     }
 
     /// `Retry-After` in whole seconds: rounded up and never 0 on a denial; 0 when allowed.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tollgate::Decision;
+    /// use tollgate::Limits;
     ///
-    /// let mut denied = Decision::unlimited();
-    /// denied.allowed = false;
-    /// denied.retry_after = Duration::from_millis(1);
-    /// assert_eq!(denied.retry_after_secs(), 1);
-    /// denied.retry_after = Duration::from_millis(2001);
-    /// assert_eq!(denied.retry_after_secs(), 3);
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limits = Limits::from_toml("[limits]\n\"/\" = \"1/h\"\n")?;
+    /// assert_eq!(limits.check("me", 1).await?.retry_after_secs(), 0);
+    /// let denied = limits.check("me", 1).await?;
+    /// assert!(!denied.allowed());
+    /// assert!((3599..=3600).contains(&denied.retry_after_secs()));
+    /// # Ok(()) }
     /// ```
     pub fn retry_after_secs(&self) -> u64 {
-        if self.allowed {
+        if self.allowed() {
             0
         } else {
-            ceil_secs(self.retry_after).max(1)
+            ceil_secs_nanos(self.retry).max(1)
         }
     }
 
     /// The `t` of the `RateLimit` header: on a denial [`retry_after_secs`](Self::retry_after_secs),
     /// otherwise seconds until the next token, rounded up.
     pub fn next_token_secs(&self) -> u64 {
-        if self.allowed {
-            ceil_secs(self.next_token)
+        if self.allowed() {
+            ceil_secs_nanos(self.next_token_nanos())
         } else {
             self.retry_after_secs()
         }
@@ -86,16 +149,40 @@ impl Decision {
 
     /// [`reset`](Self::reset) in whole seconds, rounded up.
     pub fn reset_secs(&self) -> u64 {
-        ceil_secs(self.reset)
+        ceil_secs_nanos(self.reset)
     }
 
     /// [`window`](Self::window) in whole seconds, rounded up, at least 1.
     pub fn window_secs(&self) -> u64 {
-        ceil_secs(self.window).max(1)
+        ceil_secs_nanos(self.capacity()).max(1)
+    }
+
+    fn capacity(&self) -> u64 {
+        self.burst.saturating_mul(self.interval)
+    }
+
+    fn next_token_nanos(&self) -> u64 {
+        let (debt, interval) = (self.debt, self.interval);
+        let capacity = self.capacity();
+        if debt == 0 || interval == 0 {
+            0
+        } else if debt > capacity {
+            // Deeper than empty (a strict-mode penalty): first climb back to zero tokens.
+            debt - capacity + interval
+        } else {
+            match debt % interval {
+                0 => interval,
+                partial => partial,
+            }
+        }
     }
 }
 
 /// Whole seconds, rounded up.
 pub(crate) fn ceil_secs(duration: Duration) -> u64 {
     duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
+}
+
+fn ceil_secs_nanos(nanos: u64) -> u64 {
+    nanos.div_ceil(1_000_000_000)
 }

@@ -10,10 +10,10 @@
 //!     [limits]
 //!     "login" = "2/min"
 //! "#)?;
-//! assert!(limits.check("login/alice", 1).await?.allowed);
-//! assert!(limits.check("login/alice", 1).await?.allowed);
-//! assert!(!limits.check("login/alice", 1).await?.allowed);
-//! assert!(limits.check("login/bob", 1).await?.allowed);
+//! assert!(limits.check("login/alice", 1).await?.allowed());
+//! assert!(limits.check("login/alice", 1).await?.allowed());
+//! assert!(!limits.check("login/alice", 1).await?.allowed());
+//! assert!(limits.check("login/bob", 1).await?.allowed());
 //! # Ok(()) }
 //! ```
 
@@ -71,10 +71,10 @@ impl<St> std::fmt::Debug for Limits<St> {
 /// let limits = Limits::builder()
 ///     .clock(clock.clone())
 ///     .from_toml("[limits]\n\"/\" = \"1/s\"\n")?;
-/// assert!(limits.check("me", 1).await?.allowed);
-/// assert!(!limits.check("me", 1).await?.allowed);
+/// assert!(limits.check("me", 1).await?.allowed());
+/// assert!(!limits.check("me", 1).await?.allowed());
 /// clock.advance(Duration::from_secs(1));
-/// assert!(limits.check("me", 1).await?.allowed);
+/// assert!(limits.check("me", 1).await?.allowed());
 /// # Ok(()) }
 /// ```
 #[must_use]
@@ -209,7 +209,7 @@ impl<St: Store> Limits<St> {
     /// let mut request = http::Request::get("/login").body(())?;
     /// request.extensions_mut().insert(PeerAddr("192.0.2.1:1".parse()?));
     /// let decision = limits.check_request(&request).map(|check| check.into_inner());
-    /// assert!(decision.unwrap()?.allowed);
+    /// assert!(decision.unwrap()?.allowed());
     /// assert!(limits.check_request(&http::Request::get("/other").body(())?).is_none());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

@@ -126,20 +126,20 @@ impl RateLimitHeaders {
     pub(crate) fn new(rule: &Rule, decision: &Decision, style: HeaderStyle) -> RateLimitHeaders {
         let mut headers = RateLimitHeaders::default();
         if style.ietf() {
-            headers.policy = rule.policy(decision.quota).cloned();
+            headers.policy = rule.policy(decision.quota()).cloned();
             let name = rule.policy_name();
             let mut text = String::with_capacity(name.len() + 32);
             text.push_str(name);
             text.push_str(";r=");
-            text.push_str(itoa::Buffer::new().format(decision.remaining));
+            text.push_str(itoa::Buffer::new().format(decision.remaining()));
             text.push_str(";t=");
             text.push_str(itoa::Buffer::new().format(decision.next_token_secs()));
             headers.state = HeaderValue::from_maybe_shared(Bytes::from(text)).ok();
         }
         if style.legacy() {
             headers.legacy = Some([
-                HeaderValue::from(decision.limit),
-                HeaderValue::from(decision.remaining),
+                HeaderValue::from(decision.limit()),
+                HeaderValue::from(decision.remaining()),
                 HeaderValue::from(decision.reset_secs()),
             ]);
         }

@@ -100,7 +100,7 @@ impl Outcome {
     ) -> Outcome {
         let response = rules.response();
         match result {
-            Ok(decision) if decision.allowed => Outcome::Admit(Some(RateLimitHeaders::new(
+            Ok(decision) if decision.allowed() => Outcome::Admit(Some(RateLimitHeaders::new(
                 rule,
                 &decision,
                 response.headers,

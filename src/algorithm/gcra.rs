@@ -31,7 +31,6 @@
 
 use crate::Quota;
 use crate::decision::Decision;
-use std::time::Duration;
 
 /// Decides a request of `cost` tokens at `now` against `quotas`, whose TATs are `tats`.
 ///
@@ -51,11 +50,10 @@ pub(crate) fn decide(
         after - now <= quota.capacity_nanos()
     });
 
-    let mut described = Decision::unlimited();
+    let mut described: Option<Decision> = None;
     let mut reset = 0;
     for (index, (tat, quota)) in tats.iter_mut().zip(quotas).enumerate() {
         let interval = quota.interval_nanos();
-        let capacity = quota.capacity_nanos();
         let start = (*tat).max(now);
         let taken = start.saturating_add(cost.saturating_mul(interval));
         // A consuming admission reports the bucket after it; a peek or denial, as it stands.
@@ -63,50 +61,42 @@ pub(crate) fn decide(
         if allowed && commit {
             *tat = taken;
         }
-        // Time until this quota is full again, and what that leaves now.
         let debt = state - now;
         reset = reset.max(debt);
-        let candidate = Decision {
-            allowed,
-            remaining: capacity.saturating_sub(debt) / interval,
-            limit: u64::from(quota.burst()),
-            window: quota.window(),
-            retry_after: Duration::from_nanos(if allowed {
-                0
-            } else {
-                taken.saturating_sub(capacity).saturating_sub(now)
-            }),
-            reset: Duration::ZERO,
-            next_token: Duration::from_nanos(next_token(debt, capacity, interval)),
-            quota: index,
+        let retry = if allowed {
+            0
+        } else {
+            taken
+                .saturating_sub(quota.capacity_nanos())
+                .saturating_sub(now)
         };
-        let more_restrictive = index == 0
-            || if allowed {
-                (candidate.remaining, std::cmp::Reverse(candidate.next_token))
-                    < (described.remaining, std::cmp::Reverse(described.next_token))
-            } else {
-                candidate.retry_after > described.retry_after
-            };
-        if more_restrictive {
-            described = candidate;
-        }
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        let candidate = Decision::new(
+            allowed,
+            index,
+            u64::from(quota.burst()),
+            interval,
+            debt,
+            retry,
+        );
+        described = Some(match described {
+            Some(current) if !more_restrictive(&candidate, &current) => current,
+            _ => candidate,
+        });
     }
-    described.reset = Duration::from_nanos(reset);
-    described
+    described.map_or(Decision::unlimited(), |decision| decision.with_reset(reset))
 }
 
-/// Time until one more whole token is available, given `debt` (time until full).
-fn next_token(debt: u64, capacity: u64, interval: u64) -> u64 {
-    if debt == 0 {
-        0
-    } else if debt > capacity {
-        // Deeper than empty (a strict-mode penalty): first climb back to zero tokens.
-        debt - capacity + interval
+/// Which of two quotas' figures a client should see: on a denial the longer wait,
+/// otherwise fewer tokens left (then the longer wait for the next one).
+fn more_restrictive(candidate: &Decision, current: &Decision) -> bool {
+    if candidate.allowed() {
+        (
+            candidate.remaining(),
+            std::cmp::Reverse(candidate.next_token()),
+        ) < (current.remaining(), std::cmp::Reverse(current.next_token()))
     } else {
-        match debt % interval {
-            0 => interval,
-            partial => partial,
-        }
+        candidate.retry_after() > current.retry_after()
     }
 }
 
@@ -114,6 +104,7 @@ fn next_token(debt: u64, capacity: u64, interval: u64) -> u64 {
 mod tests {
     use super::*;
     use std::num::NonZeroU32;
+    use std::time::Duration;
 
     const SECOND: u64 = 1_000_000_000;
     const NOW: u64 = 1_000 * SECOND;
@@ -128,21 +119,21 @@ mod tests {
         let mut tats = [0];
         for expected_remaining in [2, 1, 0] {
             let d = decide(&mut tats, &quotas, 1, NOW, true);
-            assert!(d.allowed);
-            assert_eq!(d.remaining, expected_remaining);
+            assert!(d.allowed());
+            assert_eq!(d.remaining(), expected_remaining);
         }
         let denied = decide(&mut tats, &quotas, 1, NOW, true);
-        assert!(!denied.allowed);
-        assert_eq!(denied.retry_after, Duration::from_millis(100));
-        assert_eq!(denied.remaining, 0);
-        assert_eq!(denied.reset, Duration::from_millis(300));
+        assert!(!denied.allowed());
+        assert_eq!(denied.retry_after(), Duration::from_millis(100));
+        assert_eq!(denied.remaining(), 0);
+        assert_eq!(denied.reset(), Duration::from_millis(300));
 
         let early = decide(&mut tats, &quotas, 1, NOW + SECOND / 10 - 1, true);
-        assert!(!early.allowed);
-        assert_eq!(early.retry_after, Duration::from_nanos(1));
+        assert!(!early.allowed());
+        assert_eq!(early.retry_after(), Duration::from_nanos(1));
         let on_time = decide(&mut tats, &quotas, 1, NOW + SECOND / 10, true);
-        assert!(on_time.allowed);
-        assert_eq!(on_time.remaining, 0);
+        assert!(on_time.allowed());
+        assert_eq!(on_time.remaining(), 0);
     }
 
     #[test]
@@ -150,32 +141,33 @@ mod tests {
         let quotas = [quota("10/s", 10)];
         let mut tats = [0];
         let d = decide(&mut tats, &quotas, 4, NOW, true);
-        assert_eq!((d.allowed, d.remaining), (true, 6));
+        assert_eq!((d.allowed(), d.remaining()), (true, 6));
         let d = decide(&mut tats, &quotas, 4, NOW, true);
-        assert_eq!((d.allowed, d.remaining), (true, 2));
+        assert_eq!((d.allowed(), d.remaining()), (true, 2));
         let d = decide(&mut tats, &quotas, 4, NOW, true);
-        assert!(!d.allowed);
-        assert_eq!(d.remaining, 2);
+        assert!(!d.allowed());
+        assert_eq!(d.remaining(), 2);
         // Two more tokens are needed: 200 ms.
-        assert_eq!(d.retry_after, Duration::from_millis(200));
+        assert_eq!(d.retry_after(), Duration::from_millis(200));
     }
 
     #[test]
     fn a_denial_takes_nothing_from_any_quota() {
         let quotas = [quota("100/min", 100), quota("2/s", 2)];
         let mut tats = [0, 0];
-        assert!(decide(&mut tats, &quotas, 1, NOW, true).allowed);
-        assert!(decide(&mut tats, &quotas, 1, NOW, true).allowed);
+        assert!(decide(&mut tats, &quotas, 1, NOW, true).allowed());
+        assert!(decide(&mut tats, &quotas, 1, NOW, true).allowed());
         let before = tats;
         let denied = decide(&mut tats, &quotas, 1, NOW, true);
-        assert!(!denied.allowed);
+        assert!(!denied.allowed());
         assert_eq!(tats, before, "the per-minute quota kept its tokens");
         assert_eq!(
-            denied.quota, 1,
+            denied.quota(),
+            1,
             "the per-second quota is the one that denied"
         );
-        assert_eq!(denied.limit, 2);
-        assert_eq!(denied.retry_after, Duration::from_millis(500));
+        assert_eq!(denied.limit(), 2);
+        assert_eq!(denied.retry_after(), Duration::from_millis(500));
     }
 
     #[test]
@@ -183,16 +175,16 @@ mod tests {
         let quotas = [quota("10/min", 10), quota("5/s", 5)];
         let mut tats = [0, 0];
         let d = decide(&mut tats, &quotas, 1, NOW, true);
-        assert_eq!((d.quota, d.remaining, d.limit), (1, 4, 5));
-        assert_eq!(d.window, Duration::from_secs(1));
+        assert_eq!((d.quota(), d.remaining(), d.limit()), (1, 4, 5));
+        assert_eq!(d.window(), Duration::from_secs(1));
         // One request a second: the per-second quota stays nearly full while the
         // per-minute one drains (8 more taken, 8/6 refilled: 2 left).
         let mut last = d;
         for step in 1..=8 {
             last = decide(&mut tats, &quotas, 1, NOW + step * SECOND, true);
         }
-        assert_eq!((last.quota, last.remaining, last.limit), (0, 2, 10));
-        assert_eq!(last.window, Duration::from_secs(60));
+        assert_eq!((last.quota(), last.remaining(), last.limit()), (0, 2, 10));
+        assert_eq!(last.window(), Duration::from_secs(60));
     }
 
     #[test]
@@ -200,8 +192,8 @@ mod tests {
         let quotas = [quota("1/s", 1)];
         let mut tats = [0];
         let d = decide(&mut tats, &quotas, 1, NOW, false);
-        assert!(d.allowed);
-        assert_eq!(d.remaining, 1, "a peek reports the bucket as it stands");
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), 1, "a peek reports the bucket as it stands");
         assert_eq!(tats, [0]);
     }
 
@@ -210,26 +202,26 @@ mod tests {
         let quotas = [quota("1/s", 5)];
         let mut tats = [0];
         let full = decide(&mut tats, &quotas, 1, NOW, false);
-        assert_eq!(full.next_token, Duration::ZERO);
-        assert_eq!(full.reset, Duration::ZERO);
+        assert_eq!(full.next_token(), Duration::ZERO);
+        assert_eq!(full.reset(), Duration::ZERO);
         let d = decide(&mut tats, &quotas, 2, NOW, true);
-        assert_eq!(d.next_token, Duration::from_secs(1));
-        assert_eq!(d.reset, Duration::from_secs(2));
+        assert_eq!(d.next_token(), Duration::from_secs(1));
+        assert_eq!(d.reset(), Duration::from_secs(2));
         let later = decide(&mut tats, &quotas, 1, NOW + SECOND / 4, false);
-        assert_eq!(later.remaining, 3);
-        assert_eq!(later.next_token, Duration::from_millis(750));
-        assert_eq!(later.reset, Duration::from_millis(1750));
+        assert_eq!(later.remaining(), 3);
+        assert_eq!(later.next_token(), Duration::from_millis(750));
+        assert_eq!(later.reset(), Duration::from_millis(1750));
     }
 
     #[test]
     fn out_of_order_timestamps_do_not_corrupt_state() {
         let quotas = [quota("1/s", 2)];
         let mut tats = [0];
-        assert!(decide(&mut tats, &quotas, 1, NOW + 10 * SECOND, true).allowed);
+        assert!(decide(&mut tats, &quotas, 1, NOW + 10 * SECOND, true).allowed());
         // An older event: the bucket is judged as it stood, never refilled by going back.
         let old = decide(&mut tats, &quotas, 1, NOW, true);
-        assert!(!old.allowed);
-        assert!(decide(&mut tats, &quotas, 1, NOW + 10 * SECOND, true).allowed);
+        assert!(!old.allowed());
+        assert!(decide(&mut tats, &quotas, 1, NOW + 10 * SECOND, true).allowed());
     }
 
     #[test]
@@ -245,7 +237,7 @@ mod tests {
             clock.advance(Duration::from_millis(advance));
             now += advance * 1_000_000;
             assert_eq!(
-                decide(&mut tats, &[ours], 1, now, true).allowed,
+                decide(&mut tats, &[ours], 1, now, true).allowed(),
                 theirs.check().is_ok(),
                 "step {step}"
             );
@@ -309,11 +301,11 @@ mod tests {
                 model.refill(now);
                 let cost = cost.min(u64::from(burst.get()));
                 let decision = decide(&mut tats, &[quota], cost, now, true);
-                proptest::prop_assert_eq!(decision.allowed, model.admits(cost));
-                if decision.allowed {
+                proptest::prop_assert_eq!(decision.allowed(), model.admits(cost));
+                if decision.allowed() {
                     model.take(cost);
                 }
-                proptest::prop_assert_eq!(decision.remaining, model.remaining());
+                proptest::prop_assert_eq!(decision.remaining(), model.remaining());
             }
         }
 
@@ -330,7 +322,7 @@ mod tests {
                 models.iter_mut().for_each(|m| m.refill(now));
                 let decision = decide(&mut tats, &quotas, cost, now, true);
                 let admitted = models.iter().all(|m| m.admits(cost));
-                proptest::prop_assert_eq!(decision.allowed, admitted);
+                proptest::prop_assert_eq!(decision.allowed(), admitted);
                 if admitted {
                     models.iter_mut().for_each(|m| m.take(cost));
                 }

@@ -59,9 +59,14 @@ impl Default for RouteSettings {
 /// assert_eq!(normalize_route("/API/Search/deep/er", &settings), "api/search");
 /// ```
 pub fn normalize_route<'a>(path: &'a str, settings: &RouteSettings) -> Cow<'a, str> {
-    if let Some(route) = canonical(path, settings) {
-        return Cow::Borrowed(route);
+    match canonical(path, settings) {
+        Some(route) => Cow::Borrowed(route),
+        None => Cow::Owned(normalize_slowly(path, settings)),
     }
+}
+
+/// The general case: decode, resolve dot segments, cut, fold.
+fn normalize_slowly(path: &str, settings: &RouteSettings) -> String {
     let decoded = percent_decode_str(path).decode_utf8_lossy();
     let mut segments: Vec<&str> = Vec::new();
     for segment in decoded.split('/') {
@@ -76,28 +81,40 @@ pub fn normalize_route<'a>(path: &'a str, settings: &RouteSettings) -> Cow<'a, s
     segments.truncate(settings.max_depth);
     let route = segments.join("/");
     if settings.case_insensitive {
-        Cow::Owned(route.to_lowercase())
+        route.to_lowercase()
     } else {
-        Cow::Owned(route)
+        route
     }
 }
 
 /// `path` without its leading slash, if normalising would not change it.
+///
+/// One pass over the bytes: this runs on every request, and most paths are canonical.
 fn canonical<'a>(path: &'a str, settings: &RouteSettings) -> Option<&'a str> {
     let route = path.strip_prefix('/').unwrap_or(path);
-    if route.is_empty() {
-        return Some(route);
-    }
-    let mut depth = 0;
-    for segment in route.split('/') {
-        depth += 1;
-        let plain = !segment.is_empty()
-            && segment != "."
-            && segment != ".."
-            && !segment.contains('%')
-            && !(settings.case_insensitive && segment.chars().any(char::is_uppercase));
-        if !plain || depth > settings.max_depth {
-            return None;
+    let bytes = route.as_bytes();
+    let (mut depth, mut segment_start) = (0, 0);
+    for i in 0..=bytes.len() {
+        let byte = bytes.get(i).copied().unwrap_or(b'/');
+        match byte {
+            b'/' => {
+                match &bytes[segment_start..i] {
+                    // An empty route is canonical; an empty segment anywhere else is not.
+                    [] if bytes.is_empty() => return Some(route),
+                    [] | [b'.'] | [b'.', b'.'] => return None,
+                    _ => {}
+                }
+                depth += 1;
+                if depth > settings.max_depth {
+                    return None;
+                }
+                segment_start = i + 1;
+            }
+            b'%' => return None,
+            b'A'..=b'Z' if settings.case_insensitive => return None,
+            // Non-ASCII may hide upper case; let the slow path fold it.
+            0x80.. if settings.case_insensitive => return None,
+            _ => {}
         }
     }
     Some(route)
@@ -167,6 +184,22 @@ mod tests {
             normalize_route("/api/search", &settings),
             Cow::Borrowed(_)
         ));
+    }
+
+    proptest::proptest! {
+        /// The borrowed fast path never disagrees with full normalisation.
+        #[test]
+        fn fast_path_agrees_with_full_normalisation(
+            path in "[aB/.%2eFé]{0,24}",
+            case_insensitive in proptest::bool::ANY,
+            max_depth in 1usize..5,
+        ) {
+            let settings = RouteSettings { case_insensitive, max_depth };
+            proptest::prop_assert_eq!(
+                normalize_route(&path, &settings).into_owned(),
+                normalize_slowly(&path, &settings)
+            );
+        }
     }
 
     #[test]

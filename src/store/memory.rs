@@ -114,7 +114,7 @@ impl MemoryStore {
         }
         let mut tats = Tats::full(quotas.len());
         let decision = gcra::decide(tats.as_mut_slice(), quotas, request.cost, now, commit);
-        if decision.allowed && commit {
+        if decision.allowed() && commit {
             let entry = Entry {
                 rule: request.bucket.rule,
                 client: request
@@ -190,12 +190,12 @@ mod tests {
         let q = quotas("1/min", 1);
         let a = Client::from_ip("192.0.2.1".parse().unwrap(), 64);
         let b = Client::Key("192.0.2.1".into());
-        assert!(check(&store, 0, Some(&a), &q, clock.now()).allowed);
-        assert!(!check(&store, 0, Some(&a), &q, clock.now()).allowed);
-        assert!(check(&store, 0, Some(&b), &q, clock.now()).allowed);
-        assert!(check(&store, 1, Some(&a), &q, clock.now()).allowed);
-        assert!(check(&store, 0, None, &q, clock.now()).allowed);
-        assert!(!check(&store, 0, None, &q, clock.now()).allowed);
+        assert!(check(&store, 0, Some(&a), &q, clock.now()).allowed());
+        assert!(!check(&store, 0, Some(&a), &q, clock.now()).allowed());
+        assert!(check(&store, 0, Some(&b), &q, clock.now()).allowed());
+        assert!(check(&store, 1, Some(&a), &q, clock.now()).allowed());
+        assert!(check(&store, 0, None, &q, clock.now()).allowed());
+        assert!(!check(&store, 0, None, &q, clock.now()).allowed());
         assert_eq!(store.len(), 4);
     }
 
@@ -206,11 +206,11 @@ mod tests {
         let q = quotas("1/min", 1);
         let owned = String::from("api-key-1");
         let first = Client::Key(owned.as_str().into());
-        assert!(check(&store, 0, Some(&first), &q, clock.now()).allowed);
+        assert!(check(&store, 0, Some(&first), &q, clock.now()).allowed());
         let again = Client::Key(std::borrow::Cow::Owned(owned.clone()));
-        assert!(!check(&store, 0, Some(&again), &q, clock.now()).allowed);
+        assert!(!check(&store, 0, Some(&again), &q, clock.now()).allowed());
         clock.advance(Duration::from_secs(60));
-        assert!(check(&store, 0, Some(&again), &q, clock.now()).allowed);
+        assert!(check(&store, 0, Some(&again), &q, clock.now()).allowed());
     }
 
     #[test]

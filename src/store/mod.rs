@@ -23,8 +23,8 @@
 //!     now: FakeClock::new().now(),
 //!     mode: CheckMode::Consume,
 //! };
-//! assert!(store.check(request).into_inner()?.allowed);
-//! assert!(!store.check(request).into_inner()?.allowed);
+//! assert!(store.check(request).into_inner()?.allowed());
+//! assert!(!store.check(request).into_inner()?.allowed());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

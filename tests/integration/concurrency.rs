@@ -25,7 +25,7 @@ fn hammering_one_key_never_admits_more_than_burst_plus_refill() {
                         break;
                     }
                     let decision = now_or_never(limits.check("api/203.0.113.7", 1)).unwrap();
-                    if decision.allowed {
+                    if decision.allowed() {
                         admitted.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -54,7 +54,7 @@ fn clones_of_one_limiter_share_the_budget_across_threads() {
             let limits = limits.clone();
             std::thread::spawn(move || {
                 (0..100)
-                    .filter(|_| now_or_never(limits.check("me", 1)).unwrap().allowed)
+                    .filter(|_| now_or_never(limits.check("me", 1)).unwrap().allowed())
                     .count()
             })
         })
