@@ -4,6 +4,7 @@ pub mod body;
 pub mod clock;
 pub mod config;
 pub mod key;
+pub mod reload;
 pub mod response;
 pub mod store;
 

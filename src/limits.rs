@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use http::Request;
+use parking_lot::Mutex;
 
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::config::Source;
@@ -29,6 +30,7 @@ use crate::config::rules::{inline_path, read_sources};
 use crate::config::{ConfigError, Limit, Per, Rule, RuleSet};
 use crate::decision::Decision;
 use crate::key::{Client, SegmentBuffer, normalize_route};
+use crate::reload::{FileWatcher, ReloadState, ReloadStatus, WatchError};
 use crate::store::{BucketRef, CheckMode, CheckRequest, MemoryStore, Store, StoreError};
 
 /// Rules, buckets and clock, shared by every clone.
@@ -36,10 +38,16 @@ pub struct Limits<St = MemoryStore> {
     shared: Arc<Shared<St>>,
 }
 
-struct Shared<St> {
-    rules: ArcSwap<RuleSet>,
-    store: St,
+pub(crate) struct Shared<St> {
+    /// The active rules: one lock-free load per request.
+    pub(crate) rules: ArcSwap<RuleSet>,
+    pub(crate) store: St,
     clock: Box<dyn Clock>,
+    /// Serialises reloads and remembers what is applied.
+    pub(crate) reload: Mutex<ReloadState>,
+    pub(crate) status: tokio::sync::watch::Sender<ReloadStatus>,
+    /// The file watcher, if watching; dropped (and stopped) with the last clone.
+    pub(crate) watcher: Mutex<Option<FileWatcher>>,
 }
 
 impl<St> Clone for Limits<St> {
@@ -108,21 +116,40 @@ impl<St: Store> LimitsBuilder<St> {
             .map(|p| p.as_ref().to_path_buf())
             .collect();
         let sources = read_sources(&paths)?;
-        self.build(&sources)
+        self.build(sources, paths)
+    }
+
+    /// Loads config files and re-applies them whenever they change; see
+    /// [`reload`](crate::reload).
+    pub fn watch<P: AsRef<Path>>(
+        self,
+        paths: impl IntoIterator<Item = P>,
+    ) -> Result<Limits<St>, WatchError> {
+        let limits = self.load(paths)?;
+        limits.start_watching()?;
+        Ok(limits)
     }
 
     /// Uses config text instead of files (errors name the file `<inline>`).
     pub fn from_toml(self, text: &str) -> Result<Limits<St>, ConfigError> {
-        self.build(&[Source::new(inline_path(), text)])
+        self.build(vec![Source::new(inline_path(), text)], Vec::new())
     }
 
-    fn build(self, sources: &[Source]) -> Result<Limits<St>, ConfigError> {
-        let rules = RuleSet::compile(sources).map_err(ConfigError::Invalid)?;
+    fn build(self, sources: Vec<Source>, paths: Vec<PathBuf>) -> Result<Limits<St>, ConfigError> {
+        let rules = RuleSet::compile(&sources, None).map_err(ConfigError::Invalid)?;
+        metrics::gauge!("tollgate_config_generation").set(1.0);
+        let (status, _) = tokio::sync::watch::channel(ReloadStatus::new(paths.clone()));
         Ok(Limits {
             shared: Arc::new(Shared {
                 rules: ArcSwap::from_pointee(rules),
                 store: self.store,
                 clock: self.clock.unwrap_or_else(|| Box::new(SystemClock::new())),
+                reload: Mutex::new(ReloadState {
+                    paths,
+                    applied: sources.into_iter().map(|s| s.text).collect(),
+                }),
+                status,
+                watcher: Mutex::new(None),
             }),
         })
     }
@@ -135,6 +162,13 @@ impl Limits {
     /// by setting in `[key]`, `[client]` and `[response]`.
     pub fn load<P: AsRef<Path>>(paths: impl IntoIterator<Item = P>) -> Result<Limits, ConfigError> {
         Limits::builder().load(paths)
+    }
+
+    /// Loads config files into an in-memory limiter and keeps it in step with them: every
+    /// valid save applies within a second, an invalid one changes nothing and is reported.
+    /// See [`reload`](crate::reload) for exactly what is watched and what survives.
+    pub fn watch<P: AsRef<Path>>(paths: impl IntoIterator<Item = P>) -> Result<Limits, WatchError> {
+        Limits::builder().watch(paths)
     }
 
     /// An in-memory limiter on the system clock from config text.
@@ -157,6 +191,20 @@ pub(crate) enum Plan<F> {
     Pass,
     /// The store is deciding; the rule (by index into the rule set) shapes the response.
     Check { index: usize, decision: F },
+}
+
+impl<St> Limits<St> {
+    pub(crate) fn shared(&self) -> &Shared<St> {
+        &self.shared
+    }
+
+    pub(crate) fn shared_arc(&self) -> &Arc<Shared<St>> {
+        &self.shared
+    }
+
+    pub(crate) fn from_weak(weak: &std::sync::Weak<Shared<St>>) -> Option<Limits<St>> {
+        weak.upgrade().map(|shared| Limits { shared })
+    }
 }
 
 impl<St: Store> Limits<St> {

@@ -28,6 +28,15 @@
 //! A request of cost `c` at time `now` moves it to `max(TAT, now) + c·T`, and is admitted
 //! when that is at most `now + τ` — i.e. when `c` tokens are available. A fresh bucket
 //! (TAT ≤ now) is full. A denied request changes nothing.
+//!
+//! # Across a change of rate
+//!
+//! A TAT only means something together with the interval it was computed under. When a
+//! reload changes a rule's numbers, [`carry_over`] re-expresses each bucket in the new
+//! quotas: the tokens a client has used (`debt / old interval`) stay used, now refilling at
+//! the new interval. Nothing is capped: a client that has used more than a lowered burst
+//! waits until its usage is back under it. A change of burst alone needs no conversion —
+//! the same debt is the same number of used tokens.
 
 use crate::Quota;
 use crate::decision::Decision;
@@ -85,6 +94,39 @@ pub(crate) fn decide(
         });
     }
     described.map_or(Decision::unlimited(), |decision| decision.with_reset(reset))
+}
+
+/// Re-expresses buckets measured in `old_intervals` for `quotas`, writing new TATs.
+///
+/// Each new quota inherits the consumption of the old quota whose interval is closest to
+/// its own (by ratio), so reordering, adding or removing quotas keeps what was used.
+pub(crate) fn carry_over(
+    old_tats: &[u64],
+    old_intervals: &[u64],
+    quotas: &[Quota],
+    now: u64,
+    new_tats: &mut [u64],
+) {
+    for (new_tat, quota) in new_tats.iter_mut().zip(quotas) {
+        let interval = quota.interval_nanos();
+        let closest = old_tats
+            .iter()
+            .zip(old_intervals)
+            .min_by_key(|&(_, &old)| ratio_distance(old, interval));
+        *new_tat = match closest {
+            Some((&tat, &old_interval)) if tat > now && old_interval > 0 => {
+                let debt = u128::from(tat - now) * u128::from(interval) / u128::from(old_interval);
+                now.saturating_add(u64::try_from(debt).unwrap_or(u64::MAX))
+            }
+            _ => 0,
+        };
+    }
+}
+
+/// How far apart two intervals are, as a ratio (1 = equal), scaled to an integer.
+fn ratio_distance(a: u64, b: u64) -> u128 {
+    let (small, large) = if a < b { (a, b) } else { (b, a) };
+    u128::from(large) * 1_000_000 / u128::from(small.max(1))
 }
 
 /// Which of two quotas' figures a client should see: on a denial the longer wait,
@@ -242,6 +284,42 @@ mod tests {
                 "step {step}"
             );
         }
+    }
+
+    #[test]
+    fn consumption_carries_over_a_change_of_rate_in_tokens() {
+        // 10 of 10 tokens used at 1/s; the rule becomes 10/min: still 10 used, now
+        // refilling one every 6 s.
+        let old = [quota("10/s", 10)];
+        let mut tats = [0];
+        decide(&mut tats, &old, 10, NOW, true);
+        let new = [quota("10/min", 10)];
+        let mut converted = [0];
+        carry_over(&tats, &[old[0].interval_nanos()], &new, NOW, &mut converted);
+        let d = decide(&mut converted, &new, 1, NOW, false);
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Duration::from_secs(6));
+
+        // A full bucket stays full, and an unchanged interval is the identity.
+        let mut full = [0];
+        carry_over(&[0], &[old[0].interval_nanos()], &new, NOW, &mut full);
+        assert_eq!(full, [0]);
+        let mut same = [0];
+        carry_over(&tats, &[old[0].interval_nanos()], &old, NOW, &mut same);
+        assert_eq!(same, tats);
+    }
+
+    #[test]
+    fn new_quotas_inherit_from_the_closest_old_interval() {
+        let old = [quota("100/min", 100), quota("5/s", 5)];
+        let mut tats = [0, 0];
+        decide(&mut tats, &old, 5, NOW, true);
+        let intervals = old.map(|q| q.interval_nanos());
+        // Only a per-second quota remains: it inherits the per-second consumption.
+        let new = [quota("4/s", 5)];
+        let mut converted = [0];
+        carry_over(&tats, &intervals, &new, NOW, &mut converted);
+        assert!(!decide(&mut converted, &new, 1, NOW, false).allowed());
     }
 
     /// A plain token bucket: `level` is tokens × interval, in nanoseconds, so refill is

@@ -47,6 +47,9 @@ pub struct RuleSet {
     client: ClientSettings,
     response: Arc<ResponseSettings>,
     files: Vec<PathBuf>,
+    /// The next unused rule id: ids are never reused, so a rule removed and later restored
+    /// starts with fresh buckets.
+    next_id: u32,
 }
 
 /// One validated rule.
@@ -76,6 +79,16 @@ pub enum Limit {
         /// Per client, or one bucket for everyone.
         per: Per,
     },
+}
+
+impl Limit {
+    /// What kind of bucket the rule keeps: none, per client, or global.
+    fn bucket_kind(&self) -> Option<Per> {
+        match self {
+            Limit::Unlimited => None,
+            Limit::Limited { per, .. } => Some(*per),
+        }
+    }
 }
 
 /// Where a rule was written.
@@ -180,12 +193,47 @@ impl RuleSet {
         &self.files
     }
 
+    /// The rule with normalised key `key`, if any.
+    pub fn get(&self, key: &str) -> Option<&Rule> {
+        self.rules
+            .binary_search_by(|rule| rule.key.as_str().cmp(key))
+            .ok()
+            .and_then(|index| self.rules.get(index))
+    }
+
+    /// Ids of `previous`'s rules whose buckets this set no longer uses (removed rules, and
+    /// rules whose kind of bucket changed).
+    pub(crate) fn retired_since(&self, previous: &RuleSet) -> Vec<RuleId> {
+        previous
+            .rules
+            .iter()
+            .filter(|old| self.get(&old.key).is_none_or(|new| new.id != old.id))
+            .map(|old| old.id)
+            .collect()
+    }
+
     /// Validates and compiles `sources`, later files overriding earlier ones rule by rule
     /// and setting by setting.
-    pub(crate) fn compile(sources: &[Source]) -> Result<RuleSet, Vec<Diagnostic>> {
+    ///
+    /// Rules that `previous` also had, with the same kind of bucket (per client, global, or
+    /// none), keep their ids and so their buckets; changed numbers are carried over by the
+    /// store. New rules get ids never used before.
+    pub(crate) fn compile(
+        sources: &[Source],
+        previous: Option<&RuleSet>,
+    ) -> Result<RuleSet, Vec<Diagnostic>> {
         let mut diagnostics = Vec::new();
         let mut parsed = Vec::new();
         for source in sources {
+            // Refused rather than read as "no rules": an empty file is far more often a save
+            // caught half-way, or a truncated deploy, than a wish to lift every limit.
+            if source.text.trim().is_empty() {
+                diagnostics.push(source.at(
+                    0..0,
+                    "file is empty (a save caught half-way?); write a comment in it if an empty file is intended",
+                ));
+                continue;
+            }
             match toml::from_str::<RawFile>(&source.text) {
                 Ok(raw) => parsed.push((source, raw)),
                 Err(error) => diagnostics
@@ -239,11 +287,20 @@ impl RuleSet {
         }
 
         let mut rules = Vec::with_capacity(chosen.len());
-        for (index, (key, (source, raw_key, rule))) in chosen.into_iter().enumerate() {
+        let mut next_id = previous.map_or(0, |set| set.next_id);
+        for (key, (source, raw_key, rule)) in chosen {
             let Some(limit) = compile_limit(source, raw_key, rule, &mut diagnostics) else {
                 continue;
             };
-            let id = RuleId::new(u32::try_from(index).unwrap_or(u32::MAX));
+            let inherited = previous
+                .and_then(|set| set.get(&key))
+                .filter(|old| old.limit.bucket_kind() == limit.bucket_kind())
+                .map(|old| old.id);
+            let id = inherited.unwrap_or_else(|| {
+                let id = RuleId::new(next_id);
+                next_id = next_id.saturating_add(1);
+                id
+            });
             let origin = source.at(raw_key.span(), "");
             rules.push(Rule::new(
                 key,
@@ -266,6 +323,7 @@ impl RuleSet {
             client: settings.client,
             response: Arc::new(settings.response),
             files: sources.iter().map(|s| s.path.clone()).collect(),
+            next_id,
         })
     }
 }
@@ -708,7 +766,7 @@ mod tests {
     use crate::response::HeaderStyle;
 
     fn compile(text: &str) -> Result<RuleSet, String> {
-        RuleSet::compile(&[Source::new("limits.toml", text)]).map_err(|d| {
+        RuleSet::compile(&[Source::new("limits.toml", text)], None).map_err(|d| {
             d.iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
@@ -916,6 +974,21 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_file_is_refused_but_a_comment_is_a_valid_empty_override() {
+        let error = compile(" \n").unwrap_err();
+        assert!(
+            error.starts_with("limits.toml:1:1: file is empty"),
+            "{error}"
+        );
+        assert!(
+            compile("# no overrides on this server\n")
+                .unwrap()
+                .rules()
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn every_problem_is_reported_at_once() {
         let error = compile("[limits]\na = \"0/s\"\nb = \"x\"\n").unwrap_err();
         assert_eq!(error.lines().count(), 2, "{error}");
@@ -923,16 +996,19 @@ mod tests {
 
     #[test]
     fn later_files_override_earlier_rule_by_rule() {
-        let set = RuleSet::compile(&[
-            Source::new(
-                "global.toml",
-                "[limits]\n\"/\" = \"10/s\"\napi = \"100/min\"\n[response]\nstatus = 503\n",
-            ),
-            Source::new(
-                "local.toml",
-                "[limits]\napi = \"5/min\"\n[response]\nheaders = \"both\"\n",
-            ),
-        ])
+        let set = RuleSet::compile(
+            &[
+                Source::new(
+                    "global.toml",
+                    "[limits]\n\"/\" = \"10/s\"\napi = \"100/min\"\n[response]\nstatus = 503\n",
+                ),
+                Source::new(
+                    "local.toml",
+                    "[limits]\napi = \"5/min\"\n[response]\nheaders = \"both\"\n",
+                ),
+            ],
+            None,
+        )
         .unwrap();
         let api = set.resolve("api", "x").unwrap();
         assert_eq!(api.origin().file, PathBuf::from("local.toml"));
@@ -940,6 +1016,38 @@ mod tests {
         assert_eq!(set.resolve("other", "x").unwrap().name(), "/");
         assert_eq!(set.response().status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(set.response().headers, HeaderStyle::Both);
+    }
+
+    #[test]
+    fn rule_ids_survive_recompiles_unless_the_bucket_kind_changes() {
+        let first = compile("[limits]\na = \"1/s\"\nb = \"1/s\"\nc = \"1/s\"\n").unwrap();
+        let second = RuleSet::compile(
+            &[Source::new(
+                "limits.toml",
+                "[limits]\na = \"5/s\"\nb = { rate = \"1/s\", per = \"global\" }\nd = \"1/s\"\n",
+            )],
+            Some(&first),
+        )
+        .unwrap();
+        let id = |set: &RuleSet, key: &str| set.get(key).map(Rule::id);
+        assert_eq!(id(&second, "a"), id(&first, "a"), "a changed numbers only");
+        assert_ne!(id(&second, "b"), id(&first, "b"), "b became global");
+        let mut retired = second.retired_since(&first);
+        retired.sort();
+        let mut expected = vec![id(&first, "b").unwrap(), id(&first, "c").unwrap()];
+        expected.sort();
+        assert_eq!(retired, expected);
+        // Restoring c later gives it an id it never had.
+        let third = RuleSet::compile(
+            &[Source::new(
+                "limits.toml",
+                "[limits]\na = \"5/s\"\nc = \"1/s\"\n",
+            )],
+            Some(&second),
+        )
+        .unwrap();
+        assert_ne!(id(&third, "c"), id(&first, "c"));
+        assert_eq!(id(&third, "a"), id(&first, "a"));
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //!
 //! A bucket is only stored once it has taken tokens: a full bucket and a missing one are
 //! the same thing, so a denied or peeked first request leaves nothing behind.
+//!
+//! Each bucket remembers the intervals its TATs were measured in. When a reload changes
+//! its rule's rates, the first request to meet it re-expresses the consumption in the new
+//! quotas ([`gcra::carry_over`]) — lazily, so no pass over the store has to race the swap.
 
 use std::future::{Ready, ready};
 use std::hash::BuildHasher;
@@ -15,6 +19,7 @@ use hashbrown::HashTable;
 use parking_lot::Mutex;
 
 use super::{BucketRef, CheckMode, CheckRequest, RuleId, Store, StoreError};
+use crate::Quota;
 use crate::algorithm::gcra;
 use crate::decision::Decision;
 use crate::key::Client;
@@ -39,7 +44,7 @@ struct Shard(Mutex<HashTable<Entry>>);
 struct Entry {
     rule: RuleId,
     client: Option<Client<'static>>,
-    tats: Tats,
+    state: State,
 }
 
 impl Entry {
@@ -51,26 +56,65 @@ impl Entry {
     }
 }
 
-/// One theoretical arrival time per quota, inline for the common single quota.
-enum Tats {
-    One([u64; 1]),
+/// One theoretical arrival time per quota and the interval it was measured in; inline for
+/// the common single quota.
+enum State {
+    One {
+        tat: [u64; 1],
+        interval: u64,
+    },
+    /// `n` TATs followed by their `n` intervals.
     Many(Box<[u64]>),
 }
 
-impl Tats {
-    fn full(quotas: usize) -> Tats {
-        if quotas == 1 {
-            Tats::One([0])
-        } else {
-            Tats::Many(vec![0; quotas].into_boxed_slice())
+impl State {
+    fn full(quotas: &[Quota]) -> State {
+        match quotas {
+            [quota] => State::One {
+                tat: [0],
+                interval: quota.interval_nanos(),
+            },
+            _ => State::Many(
+                std::iter::repeat_n(0, quotas.len())
+                    .chain(quotas.iter().map(Quota::interval_nanos))
+                    .collect(),
+            ),
         }
     }
 
-    fn as_mut_slice(&mut self) -> &mut [u64] {
+    fn tats(&mut self) -> &mut [u64] {
         match self {
-            Tats::One(one) => one,
-            Tats::Many(many) => many,
+            State::One { tat, .. } => tat,
+            State::Many(many) => {
+                let n = many.len() / 2;
+                &mut many[..n]
+            }
         }
+    }
+
+    fn parts(&self) -> (&[u64], &[u64]) {
+        match self {
+            State::One { tat, interval } => (tat, std::slice::from_ref(interval)),
+            State::Many(many) => many.split_at(many.len() / 2),
+        }
+    }
+
+    /// Whether this state is measured in `quotas`' intervals.
+    fn fits(&self, quotas: &[Quota]) -> bool {
+        let (_, intervals) = self.parts();
+        intervals.len() == quotas.len()
+            && intervals
+                .iter()
+                .zip(quotas)
+                .all(|(&i, q)| i == q.interval_nanos())
+    }
+
+    /// The same consumption, re-expressed in `quotas` (after a reload changed them).
+    fn carried_over(&self, quotas: &[Quota], now: u64) -> State {
+        let mut next = State::full(quotas);
+        let (old_tats, old_intervals) = self.parts();
+        gcra::carry_over(old_tats, old_intervals, quotas, now, next.tats());
+        next
     }
 }
 
@@ -107,13 +151,18 @@ impl MemoryStore {
         let now = request.now.as_unix_nanos();
         let quotas = request.quotas;
         if let Some(entry) = table.find_mut(hash, |entry| entry.bucket() == request.bucket) {
-            if entry.tats.as_mut_slice().len() != quotas.len() {
-                entry.tats = Tats::full(quotas.len());
+            if !entry.state.fits(quotas) {
+                let carried = entry.state.carried_over(quotas, now);
+                if !commit {
+                    let mut peeked = carried;
+                    return gcra::decide(peeked.tats(), quotas, request.cost, now, false);
+                }
+                entry.state = carried;
             }
-            return gcra::decide(entry.tats.as_mut_slice(), quotas, request.cost, now, commit);
+            return gcra::decide(entry.state.tats(), quotas, request.cost, now, commit);
         }
-        let mut tats = Tats::full(quotas.len());
-        let decision = gcra::decide(tats.as_mut_slice(), quotas, request.cost, now, commit);
+        let mut state = State::full(quotas);
+        let decision = gcra::decide(state.tats(), quotas, request.cost, now, commit);
         if decision.allowed() && commit {
             let entry = Entry {
                 rule: request.bucket.rule,
@@ -121,12 +170,24 @@ impl MemoryStore {
                     .bucket
                     .client
                     .map(|client| client.clone().into_owned()),
-                tats,
+                state,
             };
             let hasher = &self.hasher;
             table.insert_unique(hash, entry, |entry| hasher.hash_one(entry.bucket()));
         }
         decision
+    }
+}
+
+impl MemoryStore {
+    /// Drops every bucket of `rules` (rules a reload removed).
+    pub fn forget_rules(&self, rules: &[RuleId]) {
+        if rules.is_empty() {
+            return;
+        }
+        for shard in &self.shards {
+            shard.0.lock().retain(|entry| !rules.contains(&entry.rule));
+        }
     }
 }
 
@@ -150,12 +211,15 @@ impl Store for MemoryStore {
     fn check(&self, request: CheckRequest<'_>) -> Self::Future {
         ready(Ok(self.decide(request)))
     }
+
+    fn forget(&self, rules: &[RuleId]) {
+        self.forget_rules(rules);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Quota;
     use crate::clock::{Clock, FakeClock};
     use std::num::NonZeroU32;
     use std::time::Duration;

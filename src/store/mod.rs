@@ -110,5 +110,14 @@ pub trait Store: Send + Sync + 'static {
     type Future: Future<Output = Result<Decision, StoreError>> + Send + Unpin + 'static;
 
     /// Decides `request`, taking its tokens when admitted in [`CheckMode::Consume`].
+    ///
+    /// Buckets whose rule changed its rates since they were last touched carry their
+    /// consumption over into the new quotas (SPEC §5); see the GCRA module docs.
     fn check(&self, request: CheckRequest<'_>) -> Self::Future;
+
+    /// Drops the buckets of rules a reload removed. Stores whose buckets expire by
+    /// themselves may ignore it (the default).
+    fn forget(&self, rules: &[RuleId]) {
+        let _ = rules;
+    }
 }

@@ -11,4 +11,5 @@ mod concurrency;
 mod config_files;
 mod hyper_server;
 mod layer_http;
+mod reload;
 mod support;
