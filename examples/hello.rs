@@ -6,7 +6,8 @@
 //! for i in $(seq 45); do curl -s -o /dev/null -w '%{http_code} ' http://127.0.0.1:3000/; done
 //! ```
 //!
-//! Limits come from `config/limits.toml` (or the files named as arguments).
+//! Limits come from `config/limits.toml` (or the files named as arguments), and are
+//! watched: edit the file while this runs and the next request sees the change.
 
 use std::net::SocketAddr;
 
@@ -28,13 +29,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if files.is_empty() {
         files.push("config/limits.toml".into());
     }
-    let limits = match Limits::load(&files) {
+    let limits = match Limits::watch(&files) {
         Ok(limits) => limits,
         Err(error) => {
             eprintln!("invalid limits:\n{error}");
             std::process::exit(1);
         }
     };
+    // Say what each reload did, or why a save was refused.
+    let mut reloads = limits.subscribe();
+    tokio::spawn(async move {
+        while reloads.changed().await.is_ok() {
+            let status = reloads.borrow_and_update().clone();
+            match status.last_error {
+                Some(error) => eprintln!(
+                    "hello: config refused, still on generation {}:\n{error}",
+                    status.generation
+                ),
+                None => eprintln!("hello: config generation {} applied", status.generation),
+            }
+        }
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
     eprintln!("hello: listening on http://{}", listener.local_addr()?);
     // Peer addresses are what the limiter keys clients by.
