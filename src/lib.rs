@@ -3,6 +3,8 @@
 pub mod body;
 pub mod clock;
 pub mod config;
+#[cfg(feature = "gateway")]
+pub mod gateway;
 pub mod key;
 pub mod reload;
 pub mod response;

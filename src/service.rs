@@ -84,6 +84,34 @@ impl<S: std::fmt::Debug, St> std::fmt::Debug for RateLimit<S, St> {
     }
 }
 
+/// Times one decision in [`SAMPLE_EVERY`] for the `tollgate_decision_seconds` histogram:
+/// timing costs two clock reads, too much to pay on every request.
+struct DecisionTimer(Option<std::time::Instant>);
+
+/// One decision in this many is timed (per thread, so no shared counter is contended).
+const SAMPLE_EVERY: u32 = 64;
+
+impl DecisionTimer {
+    fn sample() -> DecisionTimer {
+        thread_local! {
+            static COUNT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+        }
+        let due = COUNT.with(|count| {
+            let next = count.get().wrapping_add(1);
+            count.set(next);
+            next % SAMPLE_EVERY == 0
+        });
+        DecisionTimer(due.then(std::time::Instant::now))
+    }
+
+    fn record(self) {
+        if let Some(started) = self.0 {
+            metrics::histogram!("tollgate_decision_seconds")
+                .record(started.elapsed().as_secs_f64());
+        }
+    }
+}
+
 /// The verdict, in the form the response needs.
 pub(crate) enum Outcome {
     /// Call the inner service, then add these headers (none for a failed store).
@@ -100,12 +128,22 @@ impl Outcome {
     ) -> Outcome {
         let response = rules.response();
         match result {
-            Ok(decision) if decision.allowed() => Outcome::Admit(Some(RateLimitHeaders::new(
-                rule,
-                &decision,
-                response.headers,
-            ))),
-            Ok(decision) => Outcome::Reject(rejection(rule, &decision, response)),
+            Ok(decision) if decision.allowed() => {
+                if let Some(counters) = rule.counters() {
+                    counters.allowed.increment(1);
+                }
+                Outcome::Admit(Some(RateLimitHeaders::new(
+                    rule,
+                    &decision,
+                    response.headers,
+                )))
+            }
+            Ok(decision) => {
+                if let Some(counters) = rule.counters() {
+                    counters.limited.increment(1);
+                }
+                Outcome::Reject(rejection(rule, &decision, response))
+            }
             Err(error) => {
                 // Failing open: a broken store must not take the service down with it.
                 tracing::warn!(rule = rule.name(), %error, "rate-limit store failed; request admitted");
@@ -129,6 +167,7 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let timer = DecisionTimer::sample();
         let rules = self.limits.rules();
         let (index, mut decision) = match self.limits.plan(&rules, &request) {
             Plan::Pass => return ResponseFuture::call(self.inner.call(request), None),
@@ -137,6 +176,7 @@ where
         // Stores that answer at once (the in-memory one) are settled here, in place.
         let mut cx = Context::from_waker(Waker::noop());
         if let Poll::Ready(result) = Pin::new(&mut decision).poll(&mut cx) {
+            timer.record();
             let Some(rule) = rules.rule(index) else {
                 return ResponseFuture::call(self.inner.call(request), None);
             };

@@ -10,6 +10,6 @@ pub(crate) mod rules;
 
 pub(crate) use error::Source;
 pub use error::{ConfigError, Diagnostic};
-pub use rate::{Rate, RateError};
+pub use rate::{Rate, RateError, parse_duration};
 pub use raw::Per;
-pub use rules::{Limit, Origin, Rule, RuleSet};
+pub use rules::{Explanation, GatewaySettings, Limit, Origin, Rule, RuleSet, Step, parse_upstream};

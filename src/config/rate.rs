@@ -160,6 +160,25 @@ impl FromStr for Rate {
     }
 }
 
+/// A duration written as `[N]unit` with the rate grammar's units: `30s`, `500ms`, `2m`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::config::parse_duration;
+///
+/// assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+/// assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+/// assert_eq!(parse_duration("soon"), None);
+/// ```
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    let nanos = number.checked_mul(unit_nanos(unit.trim())?)?;
+    Some(Duration::from_nanos(nanos))
+}
+
 fn unit_nanos(unit: &str) -> Option<u64> {
     const SECOND: u64 = 1_000_000_000;
     Some(match unit {

@@ -26,6 +26,19 @@ pub(crate) struct RawFile {
     pub(crate) response: RawResponse,
     #[serde(default)]
     pub(crate) limits: BTreeMap<Spanned<String>, Spanned<RawRule>>,
+    #[serde(default)]
+    pub(crate) gateway: RawGateway,
+}
+
+/// `[gateway]`: settings of the example gateway, validated with the rest.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGateway {
+    pub(crate) listen: Option<Spanned<String>>,
+    pub(crate) upstream: Option<Spanned<String>>,
+    pub(crate) admin: Option<Spanned<String>>,
+    pub(crate) upstream_timeout: Option<Spanned<String>>,
+    pub(crate) admin_token: Option<Spanned<String>>,
 }
 
 /// `[key]`

@@ -46,6 +46,7 @@ pub struct RuleSet {
     route: RouteSettings,
     client: ClientSettings,
     response: Arc<ResponseSettings>,
+    gateway: GatewaySettings,
     files: Vec<PathBuf>,
     /// The next unused rule id: ids are never reused, so a rule removed and later restored
     /// starts with fresh buckets.
@@ -62,6 +63,79 @@ pub struct Rule {
     origin: Origin,
     policy_name: String,
     policies: Vec<HeaderValue>,
+    /// `None` for unlimited rules, which count nothing.
+    counters: Option<RuleCounters>,
+}
+
+/// Handles to the rule's request counters, made once when the rule is compiled so that
+/// counting a request is an atomic add (no label strings built per request). They bind to
+/// the `metrics` recorder installed at that moment; without one they are no-ops.
+#[derive(Clone)]
+pub(crate) struct RuleCounters {
+    pub(crate) allowed: metrics::Counter,
+    pub(crate) limited: metrics::Counter,
+}
+
+impl RuleCounters {
+    fn new(name: &str) -> RuleCounters {
+        let name: Arc<str> = Arc::from(name);
+        RuleCounters {
+            allowed: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "allowed"),
+            limited: metrics::counter!("tollgate_requests_total", "rule" => name, "outcome" => "limited"),
+        }
+    }
+}
+
+impl fmt::Debug for RuleCounters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RuleCounters")
+    }
+}
+
+/// The `[gateway]` table: what the example gateway listens on and proxies to. Read at
+/// start-up (a running gateway does not move its listeners); the gateway's flags win.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GatewaySettings {
+    /// `listen`: the proxy's address.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `upstream`: the `http://` URL requests are proxied to.
+    pub upstream: Option<http::Uri>,
+    /// `admin`: the admin listener's address.
+    pub admin: Option<std::net::SocketAddr>,
+    /// `upstream_timeout`: how long to wait for the upstream's response headers.
+    pub upstream_timeout: Option<std::time::Duration>,
+    /// `admin_token`: a bearer token the admin listener requires.
+    pub admin_token: Option<String>,
+}
+
+/// How a request key resolved, prefix by prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Explanation {
+    /// The normalised route.
+    pub route: String,
+    /// The client segment.
+    pub client: String,
+    /// The request key, `route/client`.
+    pub key: String,
+    /// Each prefix looked up, most general first, and whether a rule is configured there.
+    /// The walk stops at the first prefix that no rule starts with.
+    pub tried: Vec<Step>,
+    /// The rule that applies: the longest prefix with a rule.
+    pub rule: Option<String>,
+    /// The bucket the request would draw on (none for unlimited or unmatched requests).
+    pub bucket: Option<String>,
+}
+
+/// One prefix [`RuleSet::explain`] looked up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Step {
+    /// The prefix (`/` for the root).
+    pub prefix: String,
+    /// Whether a rule is configured at exactly this prefix.
+    pub has_rule: bool,
 }
 
 /// What a rule does.
@@ -137,6 +211,34 @@ impl Rule {
         &self.policy_name
     }
 
+    /// The key a bucket of this rule is listed under: `login/203.0.113.7`, the client alone
+    /// under the root rule, or the rule's name for its one global bucket.
+    pub fn bucket_key(&self, client: &crate::key::Client<'_>) -> String {
+        let mut key = String::new();
+        self.write_bucket_key(&mut key, client);
+        key
+    }
+
+    pub(crate) fn write_bucket_key(&self, out: &mut String, client: &crate::key::Client<'_>) {
+        use std::fmt::Write as _;
+        match &self.limit {
+            Limit::Limited {
+                per: Per::Global, ..
+            } => out.push_str(&self.name),
+            _ if self.key.is_empty() => {
+                let _ = write!(out, "{client}");
+            }
+            _ => {
+                let _ = write!(out, "{}/{client}", self.key);
+            }
+        }
+    }
+
+    /// The rule's request counters (limited rules only).
+    pub(crate) fn counters(&self) -> Option<&RuleCounters> {
+        self.counters.as_ref()
+    }
+
     /// The precomputed `RateLimit-Policy` value for quota `index`.
     pub(crate) fn policy(&self, index: usize) -> Option<&HeaderValue> {
         self.policies.get(index)
@@ -168,6 +270,67 @@ impl RuleSet {
         self.rules.get(index)
     }
 
+    /// How `route` (normalised) and `client` resolve, prefix by prefix: what the gateway's
+    /// `/explain` shows.
+    ///
+    /// ```
+    /// use tollgate::Limits;
+    ///
+    /// let limits = Limits::from_toml("[limits]\n\"/\" = \"9/s\"\napi = \"5/s\"\n")?;
+    /// let why = limits.rules().explain("api/search", "203.0.113.7");
+    /// assert_eq!(why.rule.as_deref(), Some("api"));
+    /// let tried: Vec<_> = why.tried.iter().map(|s| (s.prefix.as_str(), s.has_rule)).collect();
+    /// assert_eq!(tried, [("/", true), ("api", true), ("api/search", false)]);
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn explain(&self, route: &str, client: &str) -> Explanation {
+        let key = if route.is_empty() {
+            client.to_owned()
+        } else {
+            format!("{route}/{client}")
+        };
+        let mut tried = Vec::new();
+        let mut node = self.table.nodes.first();
+        let mut prefix = String::new();
+        tried.push(Step {
+            prefix: "/".into(),
+            has_rule: node.is_some_and(|n| n.rule.is_some()),
+        });
+        let segments = Segments(route).chain(std::iter::once(client));
+        for segment in segments {
+            if !prefix.is_empty() {
+                prefix.push('/');
+            }
+            prefix.push_str(segment);
+            let lookup = if self.route.case_insensitive {
+                segment.to_lowercase()
+            } else {
+                segment.to_owned()
+            };
+            node = node
+                .and_then(|n| n.children.get(lookup.as_str()))
+                .and_then(|&i| self.table.nodes.get(i));
+            tried.push(Step {
+                prefix: prefix.clone(),
+                has_rule: node.is_some_and(|n| n.rule.is_some()),
+            });
+            if node.is_none() {
+                break;
+            }
+        }
+        let rule = self.resolve(route, client);
+        Explanation {
+            route: route.to_owned(),
+            client: client.to_owned(),
+            key,
+            tried,
+            rule: rule.map(|r| r.name().to_owned()),
+            bucket: rule
+                .filter(|r| matches!(r.limit(), Limit::Limited { .. }))
+                .map(|r| r.bucket_key(&crate::key::Client::from_segment(client))),
+        }
+    }
+
     /// All rules, sorted by key.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
@@ -186,6 +349,11 @@ impl RuleSet {
     /// What a denial looks like.
     pub fn response(&self) -> &Arc<ResponseSettings> {
         &self.response
+    }
+
+    /// The `[gateway]` table.
+    pub fn gateway(&self) -> &GatewaySettings {
+        &self.gateway
     }
 
     /// The files this set was loaded from, in order.
@@ -322,6 +490,7 @@ impl RuleSet {
             route: settings.route,
             client: settings.client,
             response: Arc::new(settings.response),
+            gateway: settings.gateway,
             files: sources.iter().map(|s| s.path.clone()).collect(),
             next_id,
         })
@@ -343,6 +512,7 @@ impl Rule {
                 })
                 .collect(),
         };
+        let counters = matches!(limit, Limit::Limited { .. }).then(|| RuleCounters::new(&name));
         Rule {
             key,
             name,
@@ -351,6 +521,7 @@ impl Rule {
             origin,
             policy_name,
             policies,
+            counters,
         }
     }
 }
@@ -511,12 +682,13 @@ fn compile_limit(
     })
 }
 
-/// `[key]`, `[client]` and `[response]`, folded over the files in order.
+/// `[key]`, `[client]`, `[response]` and `[gateway]`, folded over the files in order.
 #[derive(Default)]
 struct Settings {
     route: RouteSettings,
     client: ClientSettings,
     response: ResponseSettings,
+    gateway: GatewaySettings,
 }
 
 impl Settings {
@@ -610,6 +782,8 @@ impl Settings {
         if let Some(body) = &response.body {
             self.response.body = BodyTemplate::new(body);
         }
+        self.apply_gateway(source, raw, diagnostics);
+
         if let Some(content_type) = &response.content_type {
             match HeaderValue::from_str(content_type.get_ref()) {
                 Ok(value) => self.response.content_type = value,
@@ -622,6 +796,73 @@ impl Settings {
                 )),
             }
         }
+    }
+}
+
+impl Settings {
+    fn apply_gateway(&mut self, source: &Source, raw: &RawFile, diagnostics: &mut Vec<Diagnostic>) {
+        let gateway = &raw.gateway;
+        let mut address = |field: &Option<Spanned<String>>,
+                           name: &str,
+                           slot: &mut Option<std::net::SocketAddr>| {
+            if let Some(text) = field {
+                match text.get_ref().trim().parse() {
+                    Ok(address) => *slot = Some(address),
+                    Err(_) => diagnostics.push(source.at(
+                        text.span(),
+                        format!(
+                            "{name} \"{}\" is not an address like \"127.0.0.1:8080\"",
+                            text.get_ref()
+                        ),
+                    )),
+                }
+            }
+        };
+        address(&gateway.listen, "listen", &mut self.gateway.listen);
+        address(&gateway.admin, "admin", &mut self.gateway.admin);
+        if let Some(text) = &gateway.upstream {
+            match parse_upstream(text.get_ref()) {
+                Ok(uri) => self.gateway.upstream = Some(uri),
+                Err(message) => diagnostics.push(source.at(text.span(), message)),
+            }
+        }
+        if let Some(text) = &gateway.upstream_timeout {
+            match super::rate::parse_duration(text.get_ref()) {
+                Some(timeout) if !timeout.is_zero() => {
+                    self.gateway.upstream_timeout = Some(timeout)
+                }
+                _ => diagnostics.push(source.at(
+                    text.span(),
+                    format!(
+                        "upstream_timeout \"{}\" is not a duration like \"30s\"",
+                        text.get_ref()
+                    ),
+                )),
+            }
+        }
+        if let Some(token) = &gateway.admin_token {
+            match token.get_ref().trim() {
+                "" => diagnostics.push(source.at(token.span(), "admin_token is empty")),
+                token => self.gateway.admin_token = Some(token.to_owned()),
+            }
+        }
+    }
+}
+
+/// An upstream URL: `http://host:port` with an optional path prefix.
+pub fn parse_upstream(text: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("upstream \"{text}\" is not a URL like \"http://127.0.0.1:8000\""))?;
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http"), Some(_)) if uri.query().is_none() => Ok(uri),
+        (Some("https"), _) => Err(format!(
+            "upstream \"{text}\" uses https, which the gateway does not speak; terminate TLS in front of it"
+        )),
+        _ => Err(format!(
+            "upstream \"{text}\" must look like \"http://host:port[/prefix]\""
+        )),
     }
 }
 

@@ -18,9 +18,14 @@ use std::hash::BuildHasher;
 use hashbrown::HashTable;
 use parking_lot::Mutex;
 
-use super::{BucketRef, CheckMode, CheckRequest, RuleId, Store, StoreError};
+use super::{
+    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, RuleId, Store,
+    StoreError, TopRows,
+};
 use crate::Quota;
 use crate::algorithm::gcra;
+use crate::clock::Timestamp;
+use crate::config::Limit;
 use crate::decision::Decision;
 use crate::key::Client;
 
@@ -43,8 +48,18 @@ struct Shard(Mutex<HashTable<Entry>>);
 
 struct Entry {
     rule: RuleId,
+    /// When the bucket last took tokens, in units of 2^30 ns (about a second): a shift,
+    /// not a division, on the request path, and it packs beside `rule` for free.
+    last_seen: u32,
     client: Option<Client<'static>>,
     state: State,
+}
+
+/// Nanoseconds per `last_seen` unit, as a shift.
+const SEEN_SHIFT: u32 = 30;
+
+fn seen_stamp(now: u64) -> u32 {
+    u32::try_from(now >> SEEN_SHIFT).unwrap_or(u32::MAX)
 }
 
 impl Entry {
@@ -58,6 +73,7 @@ impl Entry {
 
 /// One theoretical arrival time per quota and the interval it was measured in; inline for
 /// the common single quota.
+#[derive(Clone)]
 enum State {
     One {
         tat: [u64; 1],
@@ -159,6 +175,9 @@ impl MemoryStore {
                 }
                 entry.state = carried;
             }
+            if commit {
+                entry.last_seen = seen_stamp(now);
+            }
             return gcra::decide(entry.state.tats(), quotas, request.cost, now, commit);
         }
         let mut state = State::full(quotas);
@@ -166,6 +185,7 @@ impl MemoryStore {
         if decision.allowed() && commit {
             let entry = Entry {
                 rule: request.bucket.rule,
+                last_seen: seen_stamp(now),
                 client: request
                     .bucket
                     .client
@@ -180,6 +200,69 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
+    /// The buckets `query` asks for; what [`Store::buckets`] returns, synchronously.
+    pub fn list(&self, query: &BucketQuery) -> Vec<BucketRow> {
+        let now = query.now.as_unix_nanos();
+        let rules: std::collections::HashMap<RuleId, &crate::config::Rule> = query
+            .rules
+            .rules()
+            .iter()
+            .map(|rule| (rule.id(), rule))
+            .collect();
+        let mut top = TopRows::new(query.sort, query.limit);
+        let mut key = String::new();
+        for shard in &self.shards {
+            let table = shard.0.lock();
+            for entry in table.iter() {
+                let Some(rule) = rules.get(&entry.rule) else {
+                    continue; // a rule being removed
+                };
+                let Limit::Limited { quotas, .. } = rule.limit() else {
+                    continue;
+                };
+                key.clear();
+                rule.write_bucket_key(&mut key, entry.client.as_ref().unwrap_or(&Client::Unknown));
+                if !key.starts_with(query.prefix.as_str()) {
+                    continue;
+                }
+                let mut state = if entry.state.fits(quotas) {
+                    entry.state.clone()
+                } else {
+                    entry.state.carried_over(quotas, now)
+                };
+                let decision = gcra::decide(state.tats(), quotas, 1, now, false);
+                let capacity = decision.limit().max(1);
+                let fraction = decision.remaining() as f64 / capacity as f64;
+                if query.max_fraction.is_some_and(|max| fraction > max) {
+                    continue;
+                }
+                top.offer(BucketRow {
+                    key: key.clone(),
+                    rule: rule.name().to_owned(),
+                    remaining: decision.remaining(),
+                    capacity,
+                    fraction,
+                    last_seen: Timestamp::from_unix_nanos(u64::from(entry.last_seen) << SEEN_SHIFT),
+                });
+            }
+        }
+        top.finish()
+    }
+
+    /// Drops one bucket; whether it existed.
+    pub fn remove_bucket(&self, bucket: BucketRef<'_>) -> bool {
+        let hash = self.hasher.hash_one(bucket);
+        let index = (hash >> 32) as usize & (self.shards.len() - 1);
+        let mut table = self.shards[index].0.lock();
+        match table.find_entry(hash, |entry| entry.bucket() == bucket) {
+            Ok(entry) => {
+                entry.remove();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Drops every bucket of `rules` (rules a reload removed).
     pub fn forget_rules(&self, rules: &[RuleId]) {
         if rules.is_empty() {
@@ -215,12 +298,22 @@ impl Store for MemoryStore {
     fn forget(&self, rules: &[RuleId]) {
         self.forget_rules(rules);
     }
+
+    fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {
+        Box::pin(ready(Ok(self.list(&query))))
+    }
+
+    fn remove(&self, bucket: BucketRef<'_>) -> AdminFuture<bool> {
+        Box::pin(ready(Ok(self.remove_bucket(bucket))))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
+    use crate::store::BucketSort;
+    use std::future::Future as _;
     use std::num::NonZeroU32;
     use std::time::Duration;
 
@@ -275,6 +368,79 @@ mod tests {
         assert!(!check(&store, 0, Some(&again), &q, clock.now()).allowed());
         clock.advance(Duration::from_secs(60));
         assert!(check(&store, 0, Some(&again), &q, clock.now()).allowed());
+    }
+
+    #[test]
+    fn listing_filters_sorts_and_bounds_and_remove_forgives() {
+        let clock = FakeClock::new();
+        let limits = crate::Limits::builder()
+            .clock(clock.clone())
+            .from_toml("[limits]\n\"/\" = \"10/min\"\nlogin = \"4/min\"\nexport = { rate = \"5/s\", per = \"global\" }\n")
+            .unwrap();
+        let take = |key: &str, n: u64| {
+            let decision = limits.check(key, n);
+            let mut decision = std::pin::pin!(decision);
+            let waker = std::task::Waker::noop();
+            let _ = decision
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(waker));
+        };
+        take("login/10.0.0.1", 3);
+        take("login/10.0.0.2", 1);
+        take("login/10.0.0.3", 2);
+        take("other/10.0.0.1", 1);
+        take("export/anyone", 1);
+        let query = |prefix: &str, max: Option<f64>, sort: BucketSort, limit: usize| {
+            let mut query = BucketQuery::new(limits.rules().clone(), clock.now());
+            query.prefix = prefix.into();
+            query.max_fraction = max;
+            query.sort = sort;
+            query.limit = limit;
+            limits.store().list(&query)
+        };
+        let keys = |rows: Vec<BucketRow>| rows.into_iter().map(|r| r.key).collect::<Vec<_>>();
+
+        // The seed question: every bucket under login/ below half its budget.
+        assert_eq!(
+            keys(query("login/", Some(0.5), BucketSort::Fraction, 100)),
+            ["login/10.0.0.1", "login/10.0.0.3"]
+        );
+        assert_eq!(
+            keys(query("login/", None, BucketSort::Key, 2)),
+            ["login/10.0.0.1", "login/10.0.0.2"]
+        );
+        let all = query("", None, BucketSort::Key, 100);
+        assert_eq!(
+            keys(all.clone()),
+            [
+                "10.0.0.1",
+                "export",
+                "login/10.0.0.1",
+                "login/10.0.0.2",
+                "login/10.0.0.3"
+            ]
+        );
+        let login = all.iter().find(|r| r.key == "login/10.0.0.1").unwrap();
+        assert_eq!(
+            (login.rule.as_str(), login.remaining, login.capacity),
+            ("login", 1, 4)
+        );
+        assert_eq!(login.fraction, 0.25);
+
+        // Forgiving one client.
+        let rules = limits.rules();
+        let login_rule = rules.get("login").unwrap().id();
+        let client = Client::from_segment("10.0.0.1");
+        let bucket = BucketRef {
+            rule: login_rule,
+            client: Some(&client),
+        };
+        assert!(limits.store().remove_bucket(bucket));
+        assert!(!limits.store().remove_bucket(bucket));
+        assert_eq!(
+            keys(query("login/", Some(0.5), BucketSort::Fraction, 100)),
+            ["login/10.0.0.3"]
+        );
     }
 
     #[test]

@@ -28,11 +28,18 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod inspect;
 mod memory;
 
 use std::future::Future;
+use std::pin::Pin;
 
+pub(crate) use inspect::TopRows;
+pub use inspect::{BucketQuery, BucketRow, BucketSort};
 pub use memory::MemoryStore;
+
+/// The boxed future of an occasional, administrative store call.
+pub type AdminFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send>>;
 
 use crate::Quota;
 use crate::clock::Timestamp;
@@ -119,5 +126,19 @@ pub trait Store: Send + Sync + 'static {
     /// themselves may ignore it (the default).
     fn forget(&self, rules: &[RuleId]) {
         let _ = rules;
+    }
+
+    /// Lists buckets for introspection, filtered, sorted and bounded as `query` asks.
+    /// The default lists nothing.
+    fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {
+        let _ = query;
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// Drops one bucket — forgiving a client — and says whether it existed.
+    /// The default forgives nothing.
+    fn remove(&self, bucket: BucketRef<'_>) -> AdminFuture<bool> {
+        let _ = bucket;
+        Box::pin(std::future::ready(Ok(false)))
     }
 }

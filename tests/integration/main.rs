@@ -9,6 +9,7 @@
 
 mod concurrency;
 mod config_files;
+mod gateway;
 mod hyper_server;
 mod layer_http;
 mod reload;

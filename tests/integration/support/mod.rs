@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 use axum::Router;
 use bytes::Bytes;
 use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
@@ -33,7 +33,9 @@ pub async fn serve(app: Router) -> SocketAddr {
 pub struct Reply {
     pub status: StatusCode,
     pub headers: BTreeMap<String, String>,
+    /// The body as text (lossy: binary bodies are in `bytes`).
     pub body: String,
+    pub bytes: Bytes,
 }
 
 impl Reply {
@@ -44,13 +46,26 @@ impl Reply {
 
 /// Sends `GET path` with `headers` to `address` over a fresh HTTP/1.1 connection pool.
 pub async fn get(address: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let mut request = Request::get(format!("http://{address}{path}"));
+    send(address, http::Method::GET, path, headers, Bytes::new()).await
+}
+
+/// Sends any request; the body is sent whole (the server may still stream it).
+pub async fn send(
+    address: SocketAddr,
+    method: http::Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Reply {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut request = Request::builder()
+        .method(method)
+        .uri(format!("http://{address}{path}"));
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
     let response = client
-        .request(request.body(Empty::new()).unwrap())
+        .request(request.body(Full::new(body)).unwrap())
         .await
         .unwrap();
     let status = response.status();
@@ -66,7 +81,8 @@ pub async fn get(address: SocketAddr, path: &str, headers: &[(&str, &str)]) -> R
     Reply {
         status,
         headers: collected,
-        body: String::from_utf8(body.to_vec()).unwrap(),
+        body: String::from_utf8_lossy(&body).into_owned(),
+        bytes: body,
     }
 }
 

@@ -1,0 +1,114 @@
+//! A rate-limiting reverse proxy with an admin listener: tollgate's gateway.
+//!
+//! ```sh
+//! cargo run --release --example gateway            # demo upstream, config/gateway.toml
+//! cargo run --release --example gateway -- --upstream http://127.0.0.1:8000 --listen 0.0.0.0:8080
+//! cargo run --release --example gateway -- --check # validate the config and print the rules
+//! ```
+//!
+//! Flags win over the config's `[gateway]` table, which wins over the defaults. SIGHUP
+//! re-reads the config (saving it does too); SIGTERM or Ctrl-C drains and exits.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use tollgate::Limits;
+use tollgate::gateway::{Gateway, GatewayOptions, describe_rules, shutdown_signal};
+
+/// tollgate's rate-limiting reverse proxy.
+#[derive(Debug, Parser)]
+#[command(name = "gateway", version)]
+struct Flags {
+    /// Config file; repeat to layer files (later ones override earlier ones rule by rule).
+    #[arg(
+        long = "config",
+        value_name = "PATH",
+        default_value = "config/gateway.toml"
+    )]
+    config: Vec<PathBuf>,
+    /// Where the proxy listens [default: [gateway] listen, else 127.0.0.1:8080].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Where requests go, http://host:port[/prefix] [default: [gateway] upstream, else a
+    /// built-in demo upstream].
+    #[arg(long, value_name = "URL", value_parser = tollgate::config::parse_upstream)]
+    upstream: Option<http::Uri>,
+    /// Where the admin listener listens [default: [gateway] admin, else 127.0.0.1:9090].
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<SocketAddr>,
+    /// How long to wait for the upstream's response headers, e.g. 30s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    upstream_timeout: Option<Duration>,
+    /// How long SIGTERM waits for requests in flight, e.g. 10s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, default_value = "10s")]
+    shutdown_grace: Duration,
+    /// Validate the config, print the rule table (or the errors) and exit 0 or 1.
+    #[arg(long)]
+    check: bool,
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    tollgate::config::parse_duration(text)
+        .ok_or_else(|| format!("\"{text}\" is not a duration like \"30s\""))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let flags = Flags::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    if flags.check {
+        return match Limits::load(&flags.config) {
+            Ok(limits) => {
+                eprint!("{}", describe_rules(&limits.rules()));
+                eprintln!(
+                    "config ok: {} rule(s) from {:?}",
+                    limits.rules().rules().len(),
+                    flags.config
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("{error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+
+    let mut options = GatewayOptions::new(flags.config);
+    options.listen = flags.listen;
+    options.upstream = flags.upstream;
+    options.admin = flags.admin;
+    options.upstream_timeout = flags.upstream_timeout;
+    options.shutdown_grace = flags.shutdown_grace;
+    let gateway = match Gateway::start(options).await {
+        Ok(gateway) => gateway,
+        Err(error) => {
+            // An invalid config at start-up is fatal: file, line, column and what is wrong.
+            eprintln!("gateway: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let upstream = if gateway.is_demo() {
+        " (built-in demo)".to_owned()
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "gateway: proxying http://{} -> {}{upstream}\ngateway: admin page http://{}/",
+        gateway.listen_addr(),
+        gateway.upstream(),
+        gateway.admin_addr()
+    );
+    gateway.run_until(shutdown_signal()).await;
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,344 @@
+//! The admin listener: health, config status, bucket introspection, explain, metrics.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /` | the introspection page (self-contained HTML, no CDN) |
+//! | `GET /healthz` | `ok` |
+//! | `GET /config` | active rules, files, generation, loaded-at, last reload error |
+//! | `GET /buckets?prefix=&max_fraction=&sort=&limit=` | buckets, filtered and sorted server-side |
+//! | `DELETE /buckets/{key}` | forgive one client: drop its bucket |
+//! | `GET /explain?path=&client=` | which rule and bucket a request would use, and why |
+//! | `GET /metrics` | Prometheus text |
+//!
+//! With an `admin_token`, every route but `/healthz` and the page itself needs
+//! `Authorization: Bearer <token>` (the page asks for the token and sends it).
+//! Times are UNIX seconds.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::Limits;
+use crate::config::{Limit, Per, RuleSet};
+use crate::key::{Client, normalize_route};
+use crate::store::{BucketQuery, BucketRef, BucketSort, MemoryStore, Store};
+
+use super::proxy::error;
+
+/// Most rows one `/buckets` call returns.
+pub const MAX_ROWS: usize = 10_000;
+
+const PAGE: &str = include_str!("admin_page.html");
+
+struct AdminState<St> {
+    limits: Limits<St>,
+    metrics: PrometheusHandle,
+    token: Option<Arc<str>>,
+}
+
+// By hand: a derive would demand `St: Clone`, and `Limits` is shared, not copied.
+impl<St> Clone for AdminState<St> {
+    fn clone(&self) -> Self {
+        AdminState {
+            limits: self.limits.clone(),
+            metrics: self.metrics.clone(),
+            token: self.token.clone(),
+        }
+    }
+}
+
+/// The admin router over `limits`; `token` guards everything but `/healthz` and the page.
+pub fn router(
+    limits: Limits<MemoryStore>,
+    metrics: PrometheusHandle,
+    token: Option<String>,
+) -> Router {
+    let state = AdminState {
+        limits,
+        metrics,
+        token: token.map(Arc::from),
+    };
+    let guarded = Router::new()
+        .route("/config", get(config))
+        .route("/buckets", get(buckets))
+        .route("/buckets/{*key}", axum::routing::delete(forgive))
+        .route("/explain", get(explain))
+        .route("/metrics", get(render_metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/", get(|| async { Html(PAGE) }))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(guarded)
+        .with_state(state)
+}
+
+async fn require_token<St>(
+    State(state): State<AdminState<St>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(expected) = &state.token else {
+        return next.run(request).await;
+    };
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
+        next.run(request).await
+    } else {
+        let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized");
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        response
+    }
+}
+
+/// Compares without leaking, through timing, how much of the token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn unix_seconds(time: SystemTime) -> f64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+async fn config(State(state): State<AdminState<MemoryStore>>) -> Json<Value> {
+    let status = state.limits.status();
+    let rules = state.limits.rules();
+    Json(json!({
+        "generation": status.generation,
+        "loaded_at": unix_seconds(status.loaded_at),
+        "files": status.files,
+        "last_error": status.last_error,
+        "last_error_at": status.last_error_at.map(unix_seconds),
+        "failures": status.failures,
+        "rules": rules_json(&rules),
+    }))
+}
+
+/// The rule table as JSON: what `/config` shows.
+pub fn rules_json(rules: &RuleSet) -> Vec<Value> {
+    rules
+        .rules()
+        .iter()
+        .map(|rule| {
+            let limit = match rule.limit() {
+                Limit::Unlimited => json!("unlimited"),
+                Limit::Limited { quotas, cost, per } => json!({
+                    "rates": quotas.iter().map(|q| q.rate().to_string()).collect::<Vec<_>>(),
+                    "bursts": quotas.iter().map(|q| q.burst()).collect::<Vec<_>>(),
+                    "cost": cost,
+                    "per": match per { Per::Client => "client", Per::Global => "global" },
+                }),
+            };
+            json!({ "rule": rule.name(), "limit": limit, "origin": rule.origin().to_string() })
+        })
+        .collect()
+}
+
+#[derive(Debug, Deserialize)]
+struct BucketParams {
+    prefix: Option<String>,
+    max_fraction: Option<f64>,
+    sort: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn buckets(
+    State(state): State<AdminState<MemoryStore>>,
+    params: Result<Query<BucketParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Query(params) = match params {
+        Ok(params) => params,
+        Err(rejection) => return bad_request(&rejection.body_text()),
+    };
+    let mut query = BucketQuery::new(state.limits.rules().clone(), state.limits.now());
+    query.prefix = params.prefix.unwrap_or_default();
+    if let Some(max) = params.max_fraction {
+        if !(0.0..=1.0).contains(&max) {
+            return bad_request(&format!(
+                "max_fraction must be between 0 and 1, found {max}"
+            ));
+        }
+        query.max_fraction = Some(max);
+    }
+    if let Some(sort) = params.sort.filter(|s| !s.is_empty()) {
+        match sort.parse::<BucketSort>() {
+            Ok(sort) => query.sort = sort,
+            Err(message) => return bad_request(&message),
+        }
+    }
+    query.limit = params.limit.unwrap_or(100).clamp(1, MAX_ROWS);
+    let limit = query.limit;
+    match state.limits.store().buckets(query).await {
+        Ok(rows) => Json(json!({
+            "limit": limit,
+            "rows": rows.iter().map(|row| json!({
+                "key": row.key,
+                "rule": row.rule,
+                "remaining": row.remaining,
+                "capacity": row.capacity,
+                "fraction": row.fraction,
+                "last_seen": row.last_seen.as_unix_nanos() as f64 / 1e9,
+            })).collect::<Vec<_>>(),
+        }))
+        .into_response(),
+        Err(failure) => (StatusCode::SERVICE_UNAVAILABLE, failure.to_string()).into_response(),
+    }
+}
+
+async fn forgive(
+    State(state): State<AdminState<MemoryStore>>,
+    Path(key): Path<String>,
+) -> Response {
+    let rules = state.limits.rules().clone();
+    // A global rule's one bucket is listed under the rule's name; others as `rule/client`.
+    let global = rules.rules().iter().find(|r| {
+        r.name() == key
+            && matches!(
+                r.limit(),
+                Limit::Limited {
+                    per: Per::Global,
+                    ..
+                }
+            )
+    });
+    let removed = if let Some(rule) = global {
+        state
+            .limits
+            .store()
+            .remove(BucketRef {
+                rule: rule.id(),
+                client: None,
+            })
+            .await
+    } else {
+        let (rule_key, client) = key.rsplit_once('/').unwrap_or(("", key.as_str()));
+        let Some(rule) = rules.get(rule_key).filter(|r| {
+            matches!(
+                r.limit(),
+                Limit::Limited {
+                    per: Per::Client,
+                    ..
+                }
+            )
+        }) else {
+            return error(StatusCode::NOT_FOUND, "no_such_rule");
+        };
+        let client = Client::from_segment(client);
+        state
+            .limits
+            .store()
+            .remove(BucketRef {
+                rule: rule.id(),
+                client: Some(&client),
+            })
+            .await
+    };
+    match removed {
+        Ok(true) => {
+            tracing::info!(bucket = key, "bucket forgiven");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(false) => error(StatusCode::NOT_FOUND, "no_such_bucket"),
+        Err(failure) => (StatusCode::SERVICE_UNAVAILABLE, failure.to_string()).into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ExplainParams {
+    path: Option<String>,
+    client: Option<String>,
+}
+
+async fn explain(
+    State(state): State<AdminState<MemoryStore>>,
+    params: Result<Query<ExplainParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(params)) = params else {
+        return bad_request("expected ?path=/some/path&client=203.0.113.7");
+    };
+    let Some(client) = params.client.filter(|c| !c.is_empty()) else {
+        return bad_request("client is required (an address or an API key)");
+    };
+    let path = params.path.unwrap_or_else(|| "/".into());
+    let rules = state.limits.rules().clone();
+    let route = normalize_route(&path, rules.route_settings());
+    // Addresses are grouped as the layer groups them (IPv6 by prefix).
+    let client = match client.parse::<IpAddr>() {
+        Ok(address) => Client::from_ip(address, rules.client_settings().ipv6_prefix).to_string(),
+        Err(_) => client,
+    };
+    let why = rules.explain(&route, &client);
+    let state_now = match &why.bucket {
+        Some(_) => state.limits.peek(&why.key).await.ok().map(|d| {
+            json!({
+                "allowed": d.allowed(),
+                "remaining": d.remaining(),
+                "capacity": d.limit(),
+                "reset_seconds": d.reset().as_secs_f64(),
+            })
+        }),
+        None => None,
+    };
+    Json(json!({
+        "path": path,
+        "route": why.route,
+        "client": why.client,
+        "key": why.key,
+        "tried": why.tried.iter().map(|s| json!({"prefix": s.prefix, "has_rule": s.has_rule})).collect::<Vec<_>>(),
+        "rule": why.rule,
+        "bucket": why.bucket,
+        "state": state_now,
+    }))
+    .into_response()
+}
+
+async fn render_metrics(State(state): State<AdminState<MemoryStore>>) -> Response {
+    metrics::gauge!("tollgate_buckets_active").set(state.limits.store().len() as f64);
+    state.metrics.run_upkeep();
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    (headers, state.metrics.render()).into_response()
+}
+
+fn bad_request(message: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({ "error": "bad_request", "message": message })),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn tokens_compare_exactly() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret!"));
+        assert!(!constant_time_eq(b"", b"secret"));
+    }
+}

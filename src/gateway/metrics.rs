@@ -1,0 +1,64 @@
+//! Prometheus metrics: one process-wide recorder, rendered by the admin listener.
+//!
+//! The library counts through the `metrics` facade; this installs the recorder those counts
+//! go to. It must be installed before rules are compiled, since each rule keeps handles to
+//! its counters ([`install`] is idempotent, and the gateway calls it first).
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Decision latency buckets, in seconds: the decision takes hundreds of nanoseconds.
+const DECISION_BUCKETS: [f64; 9] = [1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 1e-4, 1e-3];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder (once) and returns its handle.
+///
+/// If another recorder was installed first, tollgate's metrics go to that one and this
+/// handle renders an empty page; a warning says so.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full("tollgate_decision_seconds".into()),
+                    &DECISION_BUCKETS,
+                )
+                .unwrap_or_else(|_| PrometheusBuilder::new());
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics will be empty");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "tollgate_requests_total",
+        "Requests decided, by rule and outcome (allowed, limited)."
+    );
+    describe_gauge!(
+        "tollgate_buckets_active",
+        "Buckets currently held: clients that have spent part of a budget."
+    );
+    describe_counter!("tollgate_config_reloads_total", "Config reloads applied.");
+    describe_counter!(
+        "tollgate_config_reload_failures_total",
+        "Config reloads refused (the previous rules kept serving)."
+    );
+    describe_gauge!(
+        "tollgate_config_generation",
+        "Generation of the active config: 1 at start, +1 per applied reload."
+    );
+    describe_histogram!(
+        "tollgate_decision_seconds",
+        metrics::Unit::Seconds,
+        "Time to decide one request (key, rule, bucket), sampled 1 in 64."
+    );
+}

@@ -1,0 +1,337 @@
+//! The example gateway's parts (feature `gateway`): a rate-limiting reverse proxy built on
+//! [`RateLimitLayer`](crate::RateLimitLayer), with an admin listener.
+//!
+//! `examples/gateway.rs` is a thin `main` over [`Gateway`]: flags, logging, signals.
+//! Tests drive the same [`Gateway`] in-process.
+//!
+//! ```no_run
+//! use tollgate::gateway::{Gateway, GatewayOptions};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let options = GatewayOptions::new(["config/gateway.toml"]);
+//! let gateway = Gateway::start(options).await?;
+//! println!("proxy on {}, admin on {}", gateway.listen_addr(), gateway.admin_addr());
+//! gateway.run_until(tollgate::gateway::shutdown_signal()).await;
+//! # Ok(()) }
+//! ```
+
+pub mod admin;
+pub mod demo;
+pub mod metrics;
+pub mod proxy;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use axum::Router;
+use http::Uri;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::config::RuleSet;
+use crate::reload::WatchError;
+use crate::{Limits, RateLimitLayer};
+
+/// Where the proxy listens unless told otherwise.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
+/// Where the admin listener listens unless told otherwise.
+pub const DEFAULT_ADMIN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9090);
+/// How long to wait for the upstream's response headers unless told otherwise.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a shutdown waits for requests in flight.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// What the gateway is asked to do. `None` fields fall back to the config's `[gateway]`
+/// table, then to the defaults: flags win.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct GatewayOptions {
+    /// Config files, layered in order.
+    pub config: Vec<PathBuf>,
+    /// The proxy's address.
+    pub listen: Option<SocketAddr>,
+    /// The upstream; `None` anywhere means the built-in demo upstream.
+    pub upstream: Option<Uri>,
+    /// The admin listener's address.
+    pub admin: Option<SocketAddr>,
+    /// How long to wait for the upstream's response headers.
+    pub upstream_timeout: Option<Duration>,
+    /// A bearer token for the admin listener.
+    pub admin_token: Option<String>,
+    /// How long a shutdown waits for requests in flight.
+    pub shutdown_grace: Duration,
+}
+
+impl GatewayOptions {
+    /// Options reading `config`, everything else from the config or the defaults.
+    pub fn new<P: Into<PathBuf>>(config: impl IntoIterator<Item = P>) -> GatewayOptions {
+        GatewayOptions {
+            config: config.into_iter().map(Into::into).collect(),
+            listen: None,
+            upstream: None,
+            admin: None,
+            upstream_timeout: None,
+            admin_token: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The config is invalid or unreadable, or cannot be watched.
+    #[error(transparent)]
+    Config(#[from] WatchError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The demo upstream could not start.
+    #[error("cannot start the demo upstream: {0}")]
+    Demo(#[source] std::io::Error),
+}
+
+/// A running gateway: proxy and admin listeners, config watcher, SIGHUP handler.
+#[derive(Debug)]
+pub struct Gateway {
+    listen: SocketAddr,
+    admin: SocketAddr,
+    upstream: Uri,
+    demo: bool,
+    limits: Limits,
+    stop: tokio::sync::watch::Sender<bool>,
+    servers: Vec<JoinHandle<()>>,
+    grace: Duration,
+}
+
+impl Gateway {
+    /// Loads and watches the config, binds both listeners and starts serving.
+    ///
+    /// Returns once the listeners are bound, so clients can connect at once. Must run
+    /// inside a multi-threaded tokio runtime.
+    pub async fn start(options: GatewayOptions) -> Result<Gateway, GatewayError> {
+        // Before any rule is compiled: rules keep handles to their counters.
+        let metrics = metrics::install();
+        let limits = Limits::watch(&options.config)?;
+        let settings = limits.rules().gateway().clone();
+
+        let listen_address = options.listen.or(settings.listen).unwrap_or(DEFAULT_LISTEN);
+        let admin_address = options.admin.or(settings.admin).unwrap_or(DEFAULT_ADMIN);
+        let timeout = options
+            .upstream_timeout
+            .or(settings.upstream_timeout)
+            .unwrap_or(DEFAULT_UPSTREAM_TIMEOUT);
+        let token = options.admin_token.or(settings.admin_token);
+        let (upstream, demo) = match options.upstream.or(settings.upstream) {
+            Some(upstream) => (upstream, false),
+            None => {
+                let address = demo::start().await.map_err(GatewayError::Demo)?;
+                let uri = format!("http://{address}")
+                    .parse()
+                    .map_err(|_| GatewayError::Demo(std::io::Error::other("bad demo address")))?;
+                (uri, true)
+            }
+        };
+
+        let bind = |address: SocketAddr| async move {
+            TcpListener::bind(address)
+                .await
+                .map_err(|source| GatewayError::Bind { address, source })
+        };
+        let proxy_listener = bind(listen_address).await?;
+        let admin_listener = bind(admin_address).await?;
+        let listen = proxy_listener
+            .local_addr()
+            .map_err(|source| GatewayError::Bind {
+                address: listen_address,
+                source,
+            })?;
+        let admin = admin_listener
+            .local_addr()
+            .map_err(|source| GatewayError::Bind {
+                address: admin_address,
+                source,
+            })?;
+
+        let app = Router::new()
+            .fallback(proxy::handler)
+            .with_state(proxy::Proxy::new(upstream.clone(), timeout))
+            .layer(RateLimitLayer::new(limits.clone()));
+        let admin_app = admin::router(limits.clone(), metrics, token);
+
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let servers = vec![
+            serve(proxy_listener, app, stopped.clone(), "proxy"),
+            serve(admin_listener, admin_app, stopped.clone(), "admin"),
+            reload_on_sighup(limits.clone(), stopped),
+        ];
+        tracing::info!(%listen, %admin, %upstream, demo, "gateway started");
+        Ok(Gateway {
+            listen,
+            admin,
+            upstream,
+            demo,
+            limits,
+            stop,
+            servers,
+            grace: options.shutdown_grace,
+        })
+    }
+
+    /// The proxy's bound address.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen
+    }
+
+    /// The admin listener's bound address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin
+    }
+
+    /// The upstream requests go to.
+    pub fn upstream(&self) -> &Uri {
+        &self.upstream
+    }
+
+    /// Whether the upstream is the built-in demo.
+    pub fn is_demo(&self) -> bool {
+        self.demo
+    }
+
+    /// The limits the gateway enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Serves until `signal` completes, then shuts down gracefully.
+    pub async fn run_until(self, signal: impl Future<Output = ()>) {
+        signal.await;
+        self.shutdown().await;
+    }
+
+    /// Stops accepting connections and waits (at most the shutdown grace) for requests in
+    /// flight to finish; whatever is still running then is cut off.
+    pub async fn shutdown(self) {
+        tracing::info!(grace = ?self.grace, "gateway shutting down");
+        let _ = self.stop.send(true);
+        let servers = self.servers;
+        let aborts: Vec<_> = servers.iter().map(JoinHandle::abort_handle).collect();
+        let drained = tokio::time::timeout(self.grace, async {
+            for server in servers {
+                let _ = server.await;
+            }
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!("requests still in flight after the shutdown grace; cutting them off");
+            aborts.iter().for_each(tokio::task::AbortHandle::abort);
+        }
+    }
+}
+
+fn serve(
+    listener: TcpListener,
+    app: Router,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+    name: &'static str,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let service = app.into_make_service_with_connect_info::<SocketAddr>();
+        let result = axum::serve(listener, service)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            })
+            .await;
+        if let Err(error) = result {
+            tracing::error!(listener = name, %error, "listener failed");
+        }
+    })
+}
+
+/// SIGHUP forces a re-read of the config (a no-op where there are no signals).
+fn reload_on_sighup(
+    limits: Limits,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+                tracing::warn!("cannot listen for SIGHUP; reload by saving the config instead");
+                return;
+            };
+            loop {
+                tokio::select! {
+                    _ = stopped.wait_for(|stop| *stop) => return,
+                    received = hangups.recv() => {
+                        if received.is_none() {
+                            return;
+                        }
+                        tracing::info!("SIGHUP: re-reading the config");
+                        // `reload` logs what it did or why it refused.
+                        let _ = limits.reload();
+                    }
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = (limits, stopped.wait_for(|stop| *stop).await);
+        }
+    })
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}
+
+/// The rule table as text, for `--check`: one line per rule.
+pub fn describe_rules(rules: &RuleSet) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for rule in rules.rules() {
+        let what = match rule.limit() {
+            crate::config::Limit::Unlimited => "unlimited".to_owned(),
+            crate::config::Limit::Limited { quotas, cost, per } => {
+                let quotas: Vec<String> = quotas.iter().map(ToString::to_string).collect();
+                let per = match per {
+                    crate::config::Per::Client => "per client",
+                    crate::config::Per::Global => "global",
+                };
+                format!("{} · cost {cost} · {per}", quotas.join(" + "))
+            }
+        };
+        let _ = writeln!(out, "{:<32} {what:<48} {}", rule.name(), rule.origin());
+    }
+    out
+}

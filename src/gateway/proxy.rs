@@ -1,0 +1,222 @@
+//! The reverse proxy: forwards requests to one upstream and streams the answer back.
+//!
+//! Method, path, query, headers and bodies pass through, streamed in both directions;
+//! hop-by-hop headers (RFC 9110 §7.6.1: `Connection` and the headers it names,
+//! `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) do not. The
+//! client's address is appended to `X-Forwarded-For`, its `Host` is passed on as
+//! `X-Forwarded-Host` and the upstream gets its own `Host`. Connections to the upstream are
+//! pooled. An upstream that cannot be reached gives `502`; one that does not send its
+//! response headers within the timeout gives `504`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{PathAndQuery, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// Forwards requests to one upstream. Cheap to clone; clones share the connection pool.
+#[derive(Clone, Debug)]
+pub struct Proxy {
+    client: Client<HttpConnector, Body>,
+    upstream: Uri,
+    timeout: Duration,
+}
+
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+impl Proxy {
+    /// A proxy to `upstream` (`http://host:port[/prefix]`) waiting at most `timeout` for
+    /// response headers.
+    pub fn new(upstream: Uri, timeout: Duration) -> Proxy {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(connector);
+        Proxy {
+            client,
+            upstream,
+            timeout,
+        }
+    }
+
+    /// The upstream requests go to.
+    pub fn upstream(&self) -> &Uri {
+        &self.upstream
+    }
+
+    /// Forwards `request` from `peer` and returns the upstream's response, or a 502/504.
+    pub async fn forward(&self, request: Request, peer: Option<SocketAddr>) -> Response {
+        let (mut parts, body) = request.into_parts();
+        let Some(uri) = self.upstream_uri(&parts.uri) else {
+            return error(StatusCode::BAD_REQUEST, "bad_request");
+        };
+        parts.uri = uri;
+        let original_host = parts.headers.remove(header::HOST);
+        strip_hop_by_hop(&mut parts.headers);
+        if let Some(peer) = peer {
+            append_forwarded_for(&mut parts.headers, peer);
+        }
+        if let Some(host) = original_host {
+            parts.headers.insert(X_FORWARDED_HOST, host);
+        }
+        parts
+            .headers
+            .insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        let request = Request::from_parts(parts, body);
+
+        match tokio::time::timeout(self.timeout, self.client.request(request)).await {
+            Err(_) => {
+                tracing::warn!(upstream = %self.upstream, timeout = ?self.timeout, "upstream timed out");
+                error(StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
+            }
+            Ok(Err(failure)) => {
+                tracing::warn!(upstream = %self.upstream, error = %failure, "upstream unreachable");
+                error(StatusCode::BAD_GATEWAY, "upstream_unavailable")
+            }
+            Ok(Ok(response)) => {
+                let (mut parts, body) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                Response::from_parts(parts, Body::new(body))
+            }
+        }
+    }
+
+    /// The upstream's scheme and authority, its path prefix, then the request's path and query.
+    fn upstream_uri(&self, requested: &Uri) -> Option<Uri> {
+        let prefix = self.upstream.path().trim_end_matches('/');
+        let path_and_query = requested.path_and_query().map_or("/", PathAndQuery::as_str);
+        let path_and_query: PathAndQuery = format!("{prefix}{path_and_query}").parse().ok()?;
+        let mut parts = self.upstream.clone().into_parts();
+        parts.path_and_query = Some(path_and_query);
+        Uri::from_parts(parts).ok()
+    }
+}
+
+/// The axum handler: every path goes to the upstream.
+pub async fn handler(State(proxy): State<Proxy>, request: Request) -> Response {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0);
+    proxy.forward(request, peer).await
+}
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Headers named in `Connection` are hop-by-hop too.
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(&HOP_BY_HOP) {
+        headers.remove(name);
+    }
+    // `Upgrade` is only meaningful with `Connection: upgrade`, which is gone.
+    headers.remove(header::UPGRADE);
+}
+
+fn append_forwarded_for(headers: &mut HeaderMap, peer: SocketAddr) {
+    let peer = peer.ip().to_canonical().to_string();
+    let chain: Vec<&str> = headers
+        .get_all(X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    let value = if chain.is_empty() {
+        peer
+    } else {
+        format!("{}, {peer}", chain.join(", "))
+    };
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        headers.insert(X_FORWARDED_FOR, value);
+    }
+}
+
+/// A small JSON error answered by the gateway itself.
+pub(crate) fn error(status: StatusCode, code: &'static str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{{\"error\":\"{code}\"}}"),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_uris_keep_the_prefix_path_and_query() {
+        let proxy = Proxy::new(
+            "http://127.0.0.1:9/base/".parse().unwrap(),
+            Duration::from_secs(1),
+        );
+        let uri = proxy
+            .upstream_uri(&"/api/x?q=1&r=2".parse().unwrap())
+            .unwrap();
+        assert_eq!(uri, "http://127.0.0.1:9/base/api/x?q=1&r=2");
+        let bare = Proxy::new(
+            "http://127.0.0.1:9".parse().unwrap(),
+            Duration::from_secs(1),
+        );
+        assert_eq!(
+            bare.upstream_uri(&"/".parse().unwrap()).unwrap(),
+            "http://127.0.0.1:9/"
+        );
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped_including_those_named_in_connection() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        headers.insert("x-secret", HeaderValue::from_static("1"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        headers.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(
+            headers.keys().map(HeaderName::as_str).collect::<Vec<_>>(),
+            ["x-kept"]
+        );
+    }
+
+    #[test]
+    fn forwarded_for_is_appended() {
+        let mut headers = HeaderMap::new();
+        append_forwarded_for(&mut headers, "192.0.2.1:5".parse().unwrap());
+        assert_eq!(headers[X_FORWARDED_FOR], "192.0.2.1");
+        headers.append(X_FORWARDED_FOR, HeaderValue::from_static("10.0.0.1"));
+        append_forwarded_for(&mut headers, "[::ffff:192.0.2.2]:5".parse().unwrap());
+        assert_eq!(headers[X_FORWARDED_FOR], "192.0.2.1, 10.0.0.1, 192.0.2.2");
+    }
+}
