@@ -7,6 +7,7 @@
     unreachable_pub
 )]
 
+mod admin_page;
 mod concurrency;
 mod config_files;
 mod gateway;

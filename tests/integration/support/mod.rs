@@ -97,3 +97,4 @@ pub fn now_or_never<F: Future>(future: F) -> F::Output {
         Poll::Pending => panic!("future was not ready at once"),
     }
 }
+pub mod browser;
