@@ -8,6 +8,7 @@
 //! assert_eq!(decision.retry_after_secs(), 0);
 //! ```
 
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a bucket said about one request, from one reading of the clock.
@@ -16,21 +17,30 @@ use std::time::Duration;
 /// quota that keeps the client waiting longest, otherwise the one with the fewest tokens
 /// left. Durations are exact; the `*_secs` methods round up as HTTP headers need.
 ///
-/// It keeps the raw nanosecond figures and derives the rest on demand, so a decision the
-/// caller only asks `allowed()` of costs no divisions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A token bucket's decision keeps its raw nanosecond figures and derives the rest on
+/// demand, so a decision the caller only asks `allowed()` of costs no divisions.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
     allowed: bool,
     quota: u32,
-    /// The described quota's burst and emission interval (0 for "no limit").
-    burst: u64,
-    interval: u64,
-    /// Time until the described quota is full, as the bucket stands after this decision.
-    debt: u64,
+    /// The described quota's limit (burst, or count per window) and its window.
+    limit: u64,
+    window: u64,
+    left: Left,
     /// On a denial, time until a request of the same cost would be admitted.
     retry: u64,
     /// Time until every quota of the rule is full.
     reset: u64,
+    rule: Option<Arc<str>>,
+}
+
+/// What is left, in the form the algorithm knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Left {
+    /// A token bucket: emission interval and time until full ("debt").
+    Bucket { interval: u64, debt: u64 },
+    /// A counter: whole units left, and time until one more is.
+    Counted { remaining: u64, next: u64 },
 }
 
 impl Decision {
@@ -39,15 +49,20 @@ impl Decision {
         Decision {
             allowed: true,
             quota: 0,
-            burst: u64::MAX,
-            interval: 0,
-            debt: 0,
+            limit: u64::MAX,
+            window: 0,
+            left: Left::Counted {
+                remaining: u64::MAX,
+                next: 0,
+            },
             retry: 0,
             reset: 0,
+            rule: None,
         }
     }
 
-    pub(crate) const fn new(
+    /// A token bucket's decision.
+    pub(crate) const fn bucket(
         allowed: bool,
         quota: u32,
         burst: u64,
@@ -58,16 +73,46 @@ impl Decision {
         Decision {
             allowed,
             quota,
-            burst,
-            interval,
-            debt,
+            limit: burst,
+            window: burst.saturating_mul(interval),
+            left: Left::Bucket { interval, debt },
             retry,
             reset: debt,
+            rule: None,
+        }
+    }
+
+    /// A counter's decision (the window algorithms).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) const fn counted(
+        allowed: bool,
+        quota: u32,
+        limit: u64,
+        window: u64,
+        remaining: u64,
+        next: u64,
+        retry: u64,
+        reset: u64,
+    ) -> Decision {
+        Decision {
+            allowed,
+            quota,
+            limit,
+            window,
+            left: Left::Counted { remaining, next },
+            retry,
+            reset,
+            rule: None,
         }
     }
 
     pub(crate) fn with_reset(mut self, reset: u64) -> Decision {
         self.reset = reset;
+        self
+    }
+
+    pub(crate) fn with_rule(mut self, rule: Arc<str>) -> Decision {
+        self.rule = Some(rule);
         self
     }
 
@@ -79,20 +124,21 @@ impl Decision {
     /// Whole tokens left: after this request if it was admitted and consumed; as the
     /// bucket stands for a denial or a peek. `u64::MAX` when nothing limits the request.
     pub fn remaining(&self) -> u64 {
-        match self.interval {
-            0 => u64::MAX,
-            interval => self.capacity().saturating_sub(self.debt) / interval,
+        match self.left {
+            Left::Bucket { interval: 0, .. } => u64::MAX,
+            Left::Bucket { interval, debt } => self.window.saturating_sub(debt) / interval,
+            Left::Counted { remaining, .. } => remaining,
         }
     }
 
-    /// The described quota's burst: tokens the bucket holds when full.
+    /// The described quota's limit: a bucket's burst, or a window's count.
     pub fn limit(&self) -> u64 {
-        self.burst
+        self.limit
     }
 
-    /// Time the described quota takes to refill a whole burst.
+    /// Time the described quota takes to refill a whole burst, or its window.
     pub fn window(&self) -> Duration {
-        Duration::from_nanos(self.capacity())
+        Duration::from_nanos(self.window)
     }
 
     /// On a denial, time until a request of the same cost would be admitted; zero otherwise.
@@ -115,10 +161,15 @@ impl Decision {
         self.quota as usize
     }
 
+    /// The name of the rule that decided (`/` for the root), for decisions made through
+    /// [`Limits`](crate::Limits)' key API; `None` when no rule limits the key.
+    pub fn rule(&self) -> Option<&str> {
+        self.rule.as_deref()
+    }
+
     /// `Retry-After` in whole seconds: rounded up and never 0 on a denial; 0 when allowed.
     ///
     /// ```
-    /// use std::time::Duration;
     /// use tollgate::Limits;
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -130,7 +181,7 @@ impl Decision {
     /// # Ok(()) }
     /// ```
     pub fn retry_after_secs(&self) -> u64 {
-        if self.allowed() {
+        if self.allowed {
             0
         } else {
             ceil_secs_nanos(self.retry).max(1)
@@ -140,7 +191,7 @@ impl Decision {
     /// The `t` of the `RateLimit` header: on a denial [`retry_after_secs`](Self::retry_after_secs),
     /// otherwise seconds until the next token, rounded up.
     pub fn next_token_secs(&self) -> u64 {
-        if self.allowed() {
+        if self.allowed {
             ceil_secs_nanos(self.next_token_nanos())
         } else {
             self.retry_after_secs()
@@ -154,20 +205,19 @@ impl Decision {
 
     /// [`window`](Self::window) in whole seconds, rounded up, at least 1.
     pub fn window_secs(&self) -> u64 {
-        ceil_secs_nanos(self.capacity()).max(1)
-    }
-
-    fn capacity(&self) -> u64 {
-        self.burst.saturating_mul(self.interval)
+        ceil_secs_nanos(self.window).max(1)
     }
 
     fn next_token_nanos(&self) -> u64 {
-        let (debt, interval) = (self.debt, self.interval);
-        let capacity = self.capacity();
+        let (interval, debt) = match self.left {
+            Left::Counted { next, .. } => return next,
+            Left::Bucket { interval, debt } => (interval, debt),
+        };
+        let capacity = self.window;
         if debt == 0 || interval == 0 {
             0
         } else if debt > capacity {
-            // Deeper than empty (a strict-mode penalty): first climb back to zero tokens.
+            // Deeper than empty (a reload lowered the burst): first climb back to zero.
             debt - capacity + interval
         } else {
             match debt % interval {

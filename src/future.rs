@@ -1,5 +1,6 @@
 //! [`ResponseFuture`]: the inner call, a ready-made denial, or (for remote stores) a
-//! decision still on its way. Nothing is boxed.
+//! decision still on its way. Nothing is boxed on the common paths; a `count_status`
+//! request carries a boxed charge to settle once its response shows whether it counts.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,9 +14,10 @@ use tower::Service;
 
 use crate::body::ResponseBody;
 use crate::config::RuleSet;
+use crate::limits::{Charge, Limits};
 use crate::response::RateLimitHeaders;
 use crate::service::Outcome;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit).
@@ -38,11 +40,18 @@ pin_project! {
     {
         Deciding {
             decision: St::Future,
-            parked: Option<Parked<S, B>>,
+            parked: Option<Parked<S, B, St>>,
         },
         Calling {
             #[pin]
             future: S::Future,
+            headers: Option<RateLimitHeaders>,
+            charge: Option<Box<PendingCharge<St>>>,
+        },
+        Charging {
+            charging: St::Future,
+            response: Option<S::Response>,
+            pending: Option<Box<PendingCharge<St>>>,
             headers: Option<RateLimitHeaders>,
         },
         Rejected {
@@ -52,11 +61,52 @@ pin_project! {
 }
 
 /// A request waiting for its decision, with a service already made ready for it.
-struct Parked<S, B> {
+struct Parked<S, B, St> {
     service: S,
     request: Request<B>,
     rules: Arc<RuleSet>,
     index: usize,
+    charge: Option<Box<PendingCharge<St>>>,
+}
+
+/// What a `count_status` request owes if its response counts.
+pub(crate) struct PendingCharge<St> {
+    pub(crate) limits: Limits<St>,
+    pub(crate) rules: Arc<RuleSet>,
+    pub(crate) index: usize,
+    pub(crate) charge: Charge,
+}
+
+impl<St: Store> PendingCharge<St> {
+    /// Starts the charge if `status` is one the rule counts.
+    fn start(&self, status: http::StatusCode) -> Option<St::Future> {
+        let rule = self.rules.rule(self.index)?;
+        if !rule.count_status()?.contains(status) {
+            return None;
+        }
+        self.limits.charge(rule, &self.charge)
+    }
+
+    /// The headers after the charge: they show what the charge left.
+    fn headers(
+        &self,
+        result: Result<crate::Decision, StoreError>,
+        before: Option<RateLimitHeaders>,
+    ) -> Option<RateLimitHeaders> {
+        let rule = self.rules.rule(self.index)?;
+        match result {
+            Ok(_) if rule.is_shadow() => None,
+            Ok(decision) => Some(RateLimitHeaders::new(
+                rule,
+                &decision,
+                self.rules.response().headers,
+            )),
+            Err(error) => {
+                tracing::warn!(rule = rule.name(), %error, "rate-limit store failed to charge a counted response");
+                before
+            }
+        }
+    }
 }
 
 impl<S, St, B> ResponseFuture<S, St, B>
@@ -64,9 +114,17 @@ where
     S: Service<Request<B>>,
     St: Store,
 {
-    pub(crate) fn call(future: S::Future, headers: Option<RateLimitHeaders>) -> Self {
+    pub(crate) fn call(
+        future: S::Future,
+        headers: Option<RateLimitHeaders>,
+        charge: Option<Box<PendingCharge<St>>>,
+    ) -> Self {
         ResponseFuture {
-            state: State::Calling { future, headers },
+            state: State::Calling {
+                future,
+                headers,
+                charge,
+            },
         }
     }
 
@@ -84,6 +142,7 @@ where
         request: Request<B>,
         rules: Arc<RuleSet>,
         index: usize,
+        charge: Option<Box<PendingCharge<St>>>,
     ) -> Self {
         ResponseFuture {
             state: State::Deciding {
@@ -93,6 +152,7 @@ where
                     request,
                     rules,
                     index,
+                    charge,
                 }),
             },
         }
@@ -118,6 +178,7 @@ where
                         request,
                         rules,
                         index,
+                        charge,
                     }) = parked.take()
                     else {
                         return Poll::Pending;
@@ -130,15 +191,53 @@ where
                         Outcome::Admit(headers) => state.set(State::Calling {
                             future: service.call(request),
                             headers,
+                            charge,
                         }),
                         Outcome::Reject(response) => {
                             return Poll::Ready(Ok(response.map(ResponseBody::rejection)));
                         }
                     }
                 }
-                StateProj::Calling { future, headers } => {
+                StateProj::Calling {
+                    future,
+                    headers,
+                    charge,
+                } => {
                     let mut response = ready!(future.poll(cx))?;
-                    if let Some(headers) = headers.take() {
+                    let mut headers = headers.take();
+                    if let Some(pending) = charge.take() {
+                        if let Some(mut charging) = pending.start(response.status()) {
+                            match Pin::new(&mut charging).poll(cx) {
+                                Poll::Ready(result) => headers = pending.headers(result, headers),
+                                Poll::Pending => {
+                                    state.set(State::Charging {
+                                        charging,
+                                        response: Some(response),
+                                        pending: Some(pending),
+                                        headers,
+                                    });
+                                    continue;
+                                }
+                            }
+                        }
+                    }
+                    if let Some(headers) = headers {
+                        headers.apply(response.headers_mut());
+                    }
+                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                }
+                StateProj::Charging {
+                    charging,
+                    response,
+                    pending,
+                    headers,
+                } => {
+                    let result = ready!(Pin::new(charging).poll(cx));
+                    let (Some(mut response), Some(pending)) = (response.take(), pending.take())
+                    else {
+                        return Poll::Pending;
+                    };
+                    if let Some(headers) = pending.headers(result, headers.take()) {
                         headers.apply(response.headers_mut());
                     }
                     return Poll::Ready(Ok(response.map(ResponseBody::inner)));

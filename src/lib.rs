@@ -18,9 +18,10 @@ mod limits;
 mod quota;
 mod service;
 
+pub use algorithm::Algorithm;
 pub use decision::Decision;
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
-pub use limits::{Limits, LimitsBuilder};
+pub use limits::{Limits, LimitsBuilder, RequestCost};
 pub use quota::Quota;
 pub use service::RateLimit;

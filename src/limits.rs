@@ -190,8 +190,40 @@ pub(crate) enum Plan<F> {
     /// No rule, or an unlimited one: pass through without headers.
     Pass,
     /// The store is deciding; the rule (by index into the rule set) shapes the response.
-    Check { index: usize, decision: F },
+    /// For `count_status` rules the decision is a peek, and `charge` says what to take
+    /// once the response shows whether it counts.
+    Check {
+        index: usize,
+        decision: F,
+        charge: Option<Charge>,
+    },
 }
+
+/// What a `count_status` request will be charged, if its response counts.
+#[derive(Debug)]
+pub(crate) struct Charge {
+    pub(crate) client: Client<'static>,
+    pub(crate) cost: u64,
+}
+
+/// A request's own cost, overriding its rule's `cost`: insert it into the request's
+/// extensions before the layer (for example from `Content-Length`, to limit bytes rather
+/// than requests).
+///
+/// ```
+/// use tollgate::{Limits, RequestCost, key::PeerAddr};
+///
+/// let limits = Limits::from_toml("[limits]\nupload = \"100/min\"\n")?;
+/// let mut request = http::Request::post("/upload").body(())?;
+/// request.extensions_mut().insert(PeerAddr("192.0.2.1:1".parse()?));
+/// request.extensions_mut().insert(RequestCost(60));
+/// let first = limits.check_request(&request).unwrap().into_inner()?;
+/// assert_eq!(first.remaining(), 40);
+/// assert!(!limits.check_request(&request).unwrap().into_inner()?.allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestCost(pub u64);
 
 impl<St> Limits<St> {
     pub(crate) fn shared(&self) -> &Shared<St> {
@@ -268,6 +300,18 @@ impl<St: Store> Limits<St> {
         }
     }
 
+    /// Takes a `count_status` request's tokens now that its response counts.
+    pub(crate) fn charge(&self, rule: &Rule, charge: &Charge) -> Option<St::Future> {
+        let now = self.shared.clock.now();
+        self.start_check(
+            rule,
+            &charge.client,
+            CheckMode::Charge,
+            Some(charge.cost),
+            now,
+        )
+    }
+
     async fn key_decision(
         &self,
         key: &str,
@@ -283,13 +327,14 @@ impl<St: Store> Limits<St> {
             let found = rules.resolve_with(&route, || client.to_string().into());
             match found.and_then(|index| rules.rule(index)) {
                 Some(rule) => match self.start_check(rule, &client, mode, cost, at) {
-                    Some(future) => future,
-                    None => return Ok(Decision::unlimited()),
+                    Some(future) => (future, rule.name_arc()),
+                    None => return Ok(Decision::unlimited().with_rule(rule.name_arc())),
                 },
                 None => return Ok(Decision::unlimited()),
             }
         };
-        future.await
+        let (future, rule) = future;
+        future.await.map(|decision| decision.with_rule(rule))
     }
 
     /// Resolves `request` against `rules` and starts its check: the whole per-request
@@ -302,10 +347,31 @@ impl<St: Store> Limits<St> {
         let Some((index, rule)) = found.and_then(|index| Some((index, rules.rule(index)?))) else {
             return Plan::Pass;
         };
+        let cost = request.extensions().get::<RequestCost>().map(|cost| cost.0);
         let now = self.shared.clock.now();
-        match self.start_check(rule, &client, CheckMode::Consume, None, now) {
-            Some(decision) => Plan::Check { index, decision },
-            None => Plan::Pass,
+        let counts_status = matches!(
+            rule.limit(),
+            Limit::Limited {
+                count_status: Some(_),
+                ..
+            }
+        );
+        let mode = if counts_status {
+            CheckMode::Peek
+        } else {
+            CheckMode::Consume
+        };
+        let Some(decision) = self.start_check(rule, &client, mode, cost, now) else {
+            return Plan::Pass;
+        };
+        let charge = counts_status.then(|| Charge {
+            cost: cost.unwrap_or_else(|| rule.cost()),
+            client: client.into_owned(),
+        });
+        Plan::Check {
+            index,
+            decision,
+            charge,
         }
     }
 
@@ -323,6 +389,9 @@ impl<St: Store> Limits<St> {
             quotas,
             cost: rule_cost,
             per,
+            algorithm,
+            strict,
+            ..
         } = rule.limit()
         else {
             return None;
@@ -341,6 +410,8 @@ impl<St: Store> Limits<St> {
             cost,
             now,
             mode,
+            algorithm: *algorithm,
+            strict: *strict,
         }))
     }
 }

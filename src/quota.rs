@@ -31,6 +31,7 @@ pub struct Quota {
     burst: NonZeroU32,
     interval: u64,
     capacity: u64,
+    period: u64,
 }
 
 impl Quota {
@@ -39,11 +40,13 @@ impl Quota {
     pub fn new(rate: Rate, burst: NonZeroU32) -> Option<Quota> {
         let interval = duration_nanos(rate.interval()).max(1);
         let capacity = interval.checked_mul(u64::from(burst.get()))?;
+        let period = duration_nanos(rate.period());
         Some(Quota {
             rate,
             burst,
             interval,
             capacity,
+            period,
         })
     }
 
@@ -80,6 +83,10 @@ impl Quota {
 
     pub(crate) fn capacity_nanos(&self) -> u64 {
         self.capacity
+    }
+
+    pub(crate) fn period_nanos(&self) -> u64 {
+        self.period
     }
 }
 

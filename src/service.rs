@@ -43,7 +43,7 @@ use tower::Service;
 use crate::body::ResponseBody;
 use crate::config::{Rule, RuleSet};
 use crate::decision::Decision;
-use crate::future::ResponseFuture;
+use crate::future::{PendingCharge, ResponseFuture};
 use crate::limits::{Limits, Plan};
 use crate::response::{RateLimitHeaders, rejection};
 use crate::store::{MemoryStore, Store, StoreError};
@@ -128,6 +128,22 @@ impl Outcome {
     ) -> Outcome {
         let response = rules.response();
         match result {
+            // Shadow: measure and report, never refuse, and show the client nothing.
+            Ok(decision) if rule.is_shadow() => {
+                if let Some(counters) = rule.counters() {
+                    if decision.allowed() {
+                        counters.allowed.increment(1);
+                    } else {
+                        counters.shadow_limited.increment(1);
+                        tracing::debug!(
+                            rule = rule.name(),
+                            retry_after = ?decision.retry_after(),
+                            "shadow rule would have limited this request"
+                        );
+                    }
+                }
+                Outcome::Admit(None)
+            }
             Ok(decision) if decision.allowed() => {
                 if let Some(counters) = rule.counters() {
                     counters.allowed.increment(1);
@@ -169,19 +185,35 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let timer = DecisionTimer::sample();
         let rules = self.limits.rules();
-        let (index, mut decision) = match self.limits.plan(&rules, &request) {
-            Plan::Pass => return ResponseFuture::call(self.inner.call(request), None),
-            Plan::Check { index, decision } => (index, decision),
+        let (index, mut decision, charge) = match self.limits.plan(&rules, &request) {
+            Plan::Pass => return ResponseFuture::call(self.inner.call(request), None, None),
+            Plan::Check {
+                index,
+                decision,
+                charge,
+            } => (index, decision, charge),
         };
+        // count_status rules settle after the response, against the very rule set that
+        // decided (the snapshot, not a fresh load a reload may have replaced).
+        let charge = charge.map(|charge| {
+            Box::new(PendingCharge {
+                limits: self.limits.clone(),
+                rules: Arc::clone(&rules),
+                index,
+                charge,
+            })
+        });
         // Stores that answer at once (the in-memory one) are settled here, in place.
         let mut cx = Context::from_waker(Waker::noop());
         if let Poll::Ready(result) = Pin::new(&mut decision).poll(&mut cx) {
             timer.record();
             let Some(rule) = rules.rule(index) else {
-                return ResponseFuture::call(self.inner.call(request), None);
+                return ResponseFuture::call(self.inner.call(request), None, None);
             };
             return match Outcome::new(result, rule, &rules) {
-                Outcome::Admit(headers) => ResponseFuture::call(self.inner.call(request), headers),
+                Outcome::Admit(headers) => {
+                    ResponseFuture::call(self.inner.call(request), headers, charge)
+                }
                 Outcome::Reject(response) => ResponseFuture::rejected(response),
             };
         }
@@ -189,6 +221,6 @@ where
         let fresh = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, fresh);
         let rules: Arc<RuleSet> = arc_swap::Guard::into_inner(rules);
-        ResponseFuture::deciding(decision, ready, request, rules, index)
+        ResponseFuture::deciding(decision, ready, request, rules, index, charge)
     }
 }

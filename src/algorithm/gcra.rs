@@ -27,7 +27,15 @@
 //! `τ = burst × T`. Its state is one TAT: the time at which the bucket will be full again.
 //! A request of cost `c` at time `now` moves it to `max(TAT, now) + c·T`, and is admitted
 //! when that is at most `now + τ` — i.e. when `c` tokens are available. A fresh bucket
-//! (TAT ≤ now) is full. A denied request changes nothing.
+//! (TAT ≤ now) is full. A denied request changes nothing — except in strict mode.
+//!
+//! # Strict mode
+//!
+//! With `strict = true`, a refused request holds the refill back: each quota that refused
+//! moves its TAT to at least `now + T + τ − cost·T`, the state in which the next request of
+//! this cost is admitted exactly one interval `T` after this one. A client that keeps
+//! knocking faster than once per interval is never admitted; one that waits out an interval
+//! (and whatever its bucket still needed) is. `Retry-After` is computed from that state.
 //!
 //! # Across a change of rate
 //!
@@ -40,6 +48,7 @@
 
 use crate::Quota;
 use crate::decision::Decision;
+use crate::store::CheckMode;
 
 /// Decides a request of `cost` tokens at `now` against `quotas`, whose TATs are `tats`.
 ///
@@ -50,14 +59,37 @@ pub(crate) fn decide(
     quotas: &[Quota],
     cost: u64,
     now: u64,
-    commit: bool,
+    mode: CheckMode,
+    strict: bool,
 ) -> Decision {
-    let allowed = tats.iter().zip(quotas).all(|(&tat, quota)| {
+    let refuses = |tat: u64, quota: &Quota| {
         let after = tat
             .max(now)
             .saturating_add(cost.saturating_mul(quota.interval_nanos()));
-        after - now <= quota.capacity_nanos()
-    });
+        after - now > quota.capacity_nanos()
+    };
+    let allowed = !tats
+        .iter()
+        .zip(quotas)
+        .any(|(&tat, quota)| refuses(tat, quota));
+    if !allowed && strict && mode == CheckMode::Consume {
+        for (tat, quota) in tats.iter_mut().zip(quotas) {
+            if refuses(*tat, quota) {
+                let interval = quota.interval_nanos();
+                let held = now
+                    .saturating_add(interval)
+                    .saturating_add(quota.capacity_nanos())
+                    .saturating_sub(cost.saturating_mul(interval));
+                *tat = (*tat).max(held);
+            }
+        }
+    }
+    // Charging (count_status) takes the tokens even past empty; the debt is waited out.
+    let take = match mode {
+        CheckMode::Consume => allowed,
+        CheckMode::Charge => true,
+        CheckMode::Peek => false,
+    };
 
     let mut described: Option<Decision> = None;
     let mut reset = 0;
@@ -66,8 +98,8 @@ pub(crate) fn decide(
         let start = (*tat).max(now);
         let taken = start.saturating_add(cost.saturating_mul(interval));
         // A consuming admission reports the bucket after it; a peek or denial, as it stands.
-        let state = if allowed && commit { taken } else { start };
-        if allowed && commit {
+        let state = if take { taken } else { start };
+        if take {
             *tat = taken;
         }
         let debt = state - now;
@@ -80,7 +112,7 @@ pub(crate) fn decide(
                 .saturating_sub(now)
         };
         let index = u32::try_from(index).unwrap_or(u32::MAX);
-        let candidate = Decision::new(
+        let candidate = Decision::bucket(
             allowed,
             index,
             u64::from(quota.burst()),
@@ -89,7 +121,7 @@ pub(crate) fn decide(
             retry,
         );
         described = Some(match described {
-            Some(current) if !more_restrictive(&candidate, &current) => current,
+            Some(current) if !super::more_restrictive(&candidate, &current) => current,
             _ => candidate,
         });
     }
@@ -129,19 +161,6 @@ fn ratio_distance(a: u64, b: u64) -> u128 {
     u128::from(large) * 1_000_000 / u128::from(small.max(1))
 }
 
-/// Which of two quotas' figures a client should see: on a denial the longer wait,
-/// otherwise fewer tokens left (then the longer wait for the next one).
-fn more_restrictive(candidate: &Decision, current: &Decision) -> bool {
-    if candidate.allowed() {
-        (
-            candidate.remaining(),
-            std::cmp::Reverse(candidate.next_token()),
-        ) < (current.remaining(), std::cmp::Reverse(current.next_token()))
-    } else {
-        candidate.retry_after() > current.retry_after()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,20 +179,34 @@ mod tests {
         let quotas = [quota("10/s", 3)];
         let mut tats = [0];
         for expected_remaining in [2, 1, 0] {
-            let d = decide(&mut tats, &quotas, 1, NOW, true);
+            let d = decide(&mut tats, &quotas, 1, NOW, CheckMode::Consume, false);
             assert!(d.allowed());
             assert_eq!(d.remaining(), expected_remaining);
         }
-        let denied = decide(&mut tats, &quotas, 1, NOW, true);
+        let denied = decide(&mut tats, &quotas, 1, NOW, CheckMode::Consume, false);
         assert!(!denied.allowed());
         assert_eq!(denied.retry_after(), Duration::from_millis(100));
         assert_eq!(denied.remaining(), 0);
         assert_eq!(denied.reset(), Duration::from_millis(300));
 
-        let early = decide(&mut tats, &quotas, 1, NOW + SECOND / 10 - 1, true);
+        let early = decide(
+            &mut tats,
+            &quotas,
+            1,
+            NOW + SECOND / 10 - 1,
+            CheckMode::Consume,
+            false,
+        );
         assert!(!early.allowed());
         assert_eq!(early.retry_after(), Duration::from_nanos(1));
-        let on_time = decide(&mut tats, &quotas, 1, NOW + SECOND / 10, true);
+        let on_time = decide(
+            &mut tats,
+            &quotas,
+            1,
+            NOW + SECOND / 10,
+            CheckMode::Consume,
+            false,
+        );
         assert!(on_time.allowed());
         assert_eq!(on_time.remaining(), 0);
     }
@@ -182,11 +215,11 @@ mod tests {
     fn cost_takes_several_tokens() {
         let quotas = [quota("10/s", 10)];
         let mut tats = [0];
-        let d = decide(&mut tats, &quotas, 4, NOW, true);
+        let d = decide(&mut tats, &quotas, 4, NOW, CheckMode::Consume, false);
         assert_eq!((d.allowed(), d.remaining()), (true, 6));
-        let d = decide(&mut tats, &quotas, 4, NOW, true);
+        let d = decide(&mut tats, &quotas, 4, NOW, CheckMode::Consume, false);
         assert_eq!((d.allowed(), d.remaining()), (true, 2));
-        let d = decide(&mut tats, &quotas, 4, NOW, true);
+        let d = decide(&mut tats, &quotas, 4, NOW, CheckMode::Consume, false);
         assert!(!d.allowed());
         assert_eq!(d.remaining(), 2);
         // Two more tokens are needed: 200 ms.
@@ -197,10 +230,10 @@ mod tests {
     fn a_denial_takes_nothing_from_any_quota() {
         let quotas = [quota("100/min", 100), quota("2/s", 2)];
         let mut tats = [0, 0];
-        assert!(decide(&mut tats, &quotas, 1, NOW, true).allowed());
-        assert!(decide(&mut tats, &quotas, 1, NOW, true).allowed());
+        assert!(decide(&mut tats, &quotas, 1, NOW, CheckMode::Consume, false).allowed());
+        assert!(decide(&mut tats, &quotas, 1, NOW, CheckMode::Consume, false).allowed());
         let before = tats;
-        let denied = decide(&mut tats, &quotas, 1, NOW, true);
+        let denied = decide(&mut tats, &quotas, 1, NOW, CheckMode::Consume, false);
         assert!(!denied.allowed());
         assert_eq!(tats, before, "the per-minute quota kept its tokens");
         assert_eq!(
@@ -216,14 +249,21 @@ mod tests {
     fn the_most_restrictive_quota_is_described() {
         let quotas = [quota("10/min", 10), quota("5/s", 5)];
         let mut tats = [0, 0];
-        let d = decide(&mut tats, &quotas, 1, NOW, true);
+        let d = decide(&mut tats, &quotas, 1, NOW, CheckMode::Consume, false);
         assert_eq!((d.quota(), d.remaining(), d.limit()), (1, 4, 5));
         assert_eq!(d.window(), Duration::from_secs(1));
         // One request a second: the per-second quota stays nearly full while the
         // per-minute one drains (8 more taken, 8/6 refilled: 2 left).
         let mut last = d;
         for step in 1..=8 {
-            last = decide(&mut tats, &quotas, 1, NOW + step * SECOND, true);
+            last = decide(
+                &mut tats,
+                &quotas,
+                1,
+                NOW + step * SECOND,
+                CheckMode::Consume,
+                false,
+            );
         }
         assert_eq!((last.quota(), last.remaining(), last.limit()), (0, 2, 10));
         assert_eq!(last.window(), Duration::from_secs(60));
@@ -233,7 +273,7 @@ mod tests {
     fn peek_changes_nothing() {
         let quotas = [quota("1/s", 1)];
         let mut tats = [0];
-        let d = decide(&mut tats, &quotas, 1, NOW, false);
+        let d = decide(&mut tats, &quotas, 1, NOW, CheckMode::Peek, false);
         assert!(d.allowed());
         assert_eq!(d.remaining(), 1, "a peek reports the bucket as it stands");
         assert_eq!(tats, [0]);
@@ -243,13 +283,20 @@ mod tests {
     fn next_token_and_reset() {
         let quotas = [quota("1/s", 5)];
         let mut tats = [0];
-        let full = decide(&mut tats, &quotas, 1, NOW, false);
+        let full = decide(&mut tats, &quotas, 1, NOW, CheckMode::Peek, false);
         assert_eq!(full.next_token(), Duration::ZERO);
         assert_eq!(full.reset(), Duration::ZERO);
-        let d = decide(&mut tats, &quotas, 2, NOW, true);
+        let d = decide(&mut tats, &quotas, 2, NOW, CheckMode::Consume, false);
         assert_eq!(d.next_token(), Duration::from_secs(1));
         assert_eq!(d.reset(), Duration::from_secs(2));
-        let later = decide(&mut tats, &quotas, 1, NOW + SECOND / 4, false);
+        let later = decide(
+            &mut tats,
+            &quotas,
+            1,
+            NOW + SECOND / 4,
+            CheckMode::Peek,
+            false,
+        );
         assert_eq!(later.remaining(), 3);
         assert_eq!(later.next_token(), Duration::from_millis(750));
         assert_eq!(later.reset(), Duration::from_millis(1750));
@@ -259,11 +306,31 @@ mod tests {
     fn out_of_order_timestamps_do_not_corrupt_state() {
         let quotas = [quota("1/s", 2)];
         let mut tats = [0];
-        assert!(decide(&mut tats, &quotas, 1, NOW + 10 * SECOND, true).allowed());
+        assert!(
+            decide(
+                &mut tats,
+                &quotas,
+                1,
+                NOW + 10 * SECOND,
+                CheckMode::Consume,
+                false
+            )
+            .allowed()
+        );
         // An older event: the bucket is judged as it stood, never refilled by going back.
-        let old = decide(&mut tats, &quotas, 1, NOW, true);
+        let old = decide(&mut tats, &quotas, 1, NOW, CheckMode::Consume, false);
         assert!(!old.allowed());
-        assert!(decide(&mut tats, &quotas, 1, NOW + 10 * SECOND, true).allowed());
+        assert!(
+            decide(
+                &mut tats,
+                &quotas,
+                1,
+                NOW + 10 * SECOND,
+                CheckMode::Consume,
+                false
+            )
+            .allowed()
+        );
     }
 
     #[test]
@@ -279,7 +346,7 @@ mod tests {
             clock.advance(Duration::from_millis(advance));
             now += advance * 1_000_000;
             assert_eq!(
-                decide(&mut tats, &[ours], 1, now, true).allowed(),
+                decide(&mut tats, &[ours], 1, now, CheckMode::Consume, false).allowed(),
                 theirs.check().is_ok(),
                 "step {step}"
             );
@@ -292,11 +359,11 @@ mod tests {
         // refilling one every 6 s.
         let old = [quota("10/s", 10)];
         let mut tats = [0];
-        decide(&mut tats, &old, 10, NOW, true);
+        decide(&mut tats, &old, 10, NOW, CheckMode::Consume, false);
         let new = [quota("10/min", 10)];
         let mut converted = [0];
         carry_over(&tats, &[old[0].interval_nanos()], &new, NOW, &mut converted);
-        let d = decide(&mut converted, &new, 1, NOW, false);
+        let d = decide(&mut converted, &new, 1, NOW, CheckMode::Peek, false);
         assert!(!d.allowed());
         assert_eq!(d.retry_after(), Duration::from_secs(6));
 
@@ -313,13 +380,13 @@ mod tests {
     fn new_quotas_inherit_from_the_closest_old_interval() {
         let old = [quota("100/min", 100), quota("5/s", 5)];
         let mut tats = [0, 0];
-        decide(&mut tats, &old, 5, NOW, true);
+        decide(&mut tats, &old, 5, NOW, CheckMode::Consume, false);
         let intervals = old.map(|q| q.interval_nanos());
         // Only a per-second quota remains: it inherits the per-second consumption.
         let new = [quota("4/s", 5)];
         let mut converted = [0];
         carry_over(&tats, &intervals, &new, NOW, &mut converted);
-        assert!(!decide(&mut converted, &new, 1, NOW, false).allowed());
+        assert!(!decide(&mut converted, &new, 1, NOW, CheckMode::Peek, false).allowed());
     }
 
     /// A plain token bucket: `level` is tokens × interval, in nanoseconds, so refill is
@@ -378,7 +445,7 @@ mod tests {
                 now += advance;
                 model.refill(now);
                 let cost = cost.min(u64::from(burst.get()));
-                let decision = decide(&mut tats, &[quota], cost, now, true);
+                let decision = decide(&mut tats, &[quota], cost, now, CheckMode::Consume, false);
                 proptest::prop_assert_eq!(decision.allowed(), model.admits(cost));
                 if decision.allowed() {
                     model.take(cost);
@@ -398,7 +465,7 @@ mod tests {
             for (advance, cost) in steps {
                 now += advance;
                 models.iter_mut().for_each(|m| m.refill(now));
-                let decision = decide(&mut tats, &quotas, cost, now, true);
+                let decision = decide(&mut tats, &quotas, cost, now, CheckMode::Consume, false);
                 let admitted = models.iter().all(|m| m.admits(cost));
                 proptest::prop_assert_eq!(decision.allowed(), admitted);
                 if admitted {

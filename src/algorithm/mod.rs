@@ -1,3 +1,54 @@
 //! The limiting algorithms: pure arithmetic over an injected `now`, shared by every store.
+//!
+//! - [`gcra`]: the token bucket (the default).
+//! - [`window`]: the sliding- and fixed-window counters.
 
 pub(crate) mod gcra;
+pub(crate) mod window;
+
+use serde::Deserialize;
+
+use crate::decision::Decision;
+
+/// How a rule counts (`algorithm = "gcra" | "sliding-window" | "fixed-window"`).
+///
+/// | | smooths bursts | edge stampede | state per quota |
+/// |---|---|---|---|
+/// | `gcra` (token bucket) | yes: at most `burst` at once, then the rate | no | one timestamp |
+/// | `sliding-window` | mostly: at most 2×N in any one period | no | two counts and a window start |
+/// | `fixed-window` | no: N at the end of a window and N more at the start of the next | yes: every client's budget returns at the same instant | one count and a window start |
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// The token bucket, as the generic cell rate algorithm.
+    #[default]
+    Gcra,
+    /// The two-window weighted counter.
+    SlidingWindow,
+    /// A counter reset at every period boundary.
+    FixedWindow,
+}
+
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Algorithm::Gcra => "gcra",
+            Algorithm::SlidingWindow => "sliding-window",
+            Algorithm::FixedWindow => "fixed-window",
+        })
+    }
+}
+
+/// Which of two quotas' figures a client should see: on a denial the longer wait,
+/// otherwise fewer tokens left (then the longer wait for the next one).
+pub(crate) fn more_restrictive(candidate: &Decision, current: &Decision) -> bool {
+    if candidate.allowed() {
+        (
+            candidate.remaining(),
+            std::cmp::Reverse(candidate.next_token()),
+        ) < (current.remaining(), std::cmp::Reverse(current.next_token()))
+    } else {
+        candidate.retry_after() > current.retry_after()
+    }
+}

@@ -12,4 +12,6 @@ pub(crate) use error::Source;
 pub use error::{ConfigError, Diagnostic};
 pub use rate::{Rate, RateError, parse_duration};
 pub use raw::Per;
-pub use rules::{Explanation, GatewaySettings, Limit, Origin, Rule, RuleSet, Step, parse_upstream};
+pub use rules::{
+    Explanation, GatewaySettings, Limit, Origin, Rule, RuleSet, StatusSet, Step, parse_upstream,
+};

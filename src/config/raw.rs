@@ -87,6 +87,10 @@ pub(crate) struct RawRule {
     pub(crate) cost: Option<Spanned<i64>>,
     pub(crate) per: Option<Per>,
     pub(crate) unlimited: Option<Spanned<bool>>,
+    pub(crate) strict: Option<Spanned<bool>>,
+    pub(crate) shadow: Option<Spanned<bool>>,
+    pub(crate) algorithm: Option<Spanned<crate::Algorithm>>,
+    pub(crate) count_status: Option<Spanned<Vec<Spanned<toml::Value>>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -97,6 +101,10 @@ struct RawRuleTable {
     cost: Option<Spanned<i64>>,
     per: Option<Per>,
     unlimited: Option<Spanned<bool>>,
+    strict: Option<Spanned<bool>>,
+    shadow: Option<Spanned<bool>>,
+    algorithm: Option<Spanned<crate::Algorithm>>,
+    count_status: Option<Spanned<Vec<Spanned<toml::Value>>>>,
 }
 
 impl<'de> Deserialize<'de> for RawRule {
@@ -126,6 +134,10 @@ impl<'de> Deserialize<'de> for RawRule {
                     cost: table.cost,
                     per: table.per,
                     unlimited: table.unlimited,
+                    strict: table.strict,
+                    shadow: table.shadow,
+                    algorithm: table.algorithm,
+                    count_status: table.count_status,
                 })
             }
         }

@@ -57,7 +57,7 @@ pub struct RuleSet {
 #[derive(Debug)]
 pub struct Rule {
     key: String,
-    name: String,
+    name: Arc<str>,
     id: RuleId,
     limit: Limit,
     origin: Origin,
@@ -74,6 +74,7 @@ pub struct Rule {
 pub(crate) struct RuleCounters {
     pub(crate) allowed: metrics::Counter,
     pub(crate) limited: metrics::Counter,
+    pub(crate) shadow_limited: metrics::Counter,
 }
 
 impl RuleCounters {
@@ -81,7 +82,8 @@ impl RuleCounters {
         let name: Arc<str> = Arc::from(name);
         RuleCounters {
             allowed: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "allowed"),
-            limited: metrics::counter!("tollgate_requests_total", "rule" => name, "outcome" => "limited"),
+            limited: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "limited"),
+            shadow_limited: metrics::counter!("tollgate_requests_total", "rule" => name, "outcome" => "shadow_limited"),
         }
     }
 }
@@ -152,7 +154,67 @@ pub enum Limit {
         cost: u64,
         /// Per client, or one bucket for everyone.
         per: Per,
+        /// How the quotas count.
+        algorithm: crate::Algorithm,
+        /// Refused requests hold the refill back (GCRA only).
+        strict: bool,
+        /// Measure and report, never refuse.
+        shadow: bool,
+        /// Only responses with these statuses take tokens; `None`: every request does.
+        count_status: Option<StatusSet>,
     },
+}
+
+/// The statuses a `count_status` rule charges for: exact codes and classes (`"5xx"`).
+///
+/// ```
+/// use http::StatusCode;
+/// use tollgate::config::StatusSet;
+///
+/// let set = StatusSet::new([401, 403], ['5']);
+/// assert!(set.contains(StatusCode::UNAUTHORIZED));
+/// assert!(set.contains(StatusCode::BAD_GATEWAY));
+/// assert!(!set.contains(StatusCode::OK));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusSet {
+    codes: Vec<u16>,
+    classes: Vec<char>,
+}
+
+impl StatusSet {
+    /// Exact `codes` and whole `classes` (`'5'` for every 5xx).
+    pub fn new(
+        codes: impl IntoIterator<Item = u16>,
+        classes: impl IntoIterator<Item = char>,
+    ) -> StatusSet {
+        StatusSet {
+            codes: codes.into_iter().collect(),
+            classes: classes.into_iter().collect(),
+        }
+    }
+
+    /// Whether responses with `status` take tokens.
+    pub fn contains(&self, status: http::StatusCode) -> bool {
+        let code = status.as_u16();
+        self.codes.contains(&code)
+            || self
+                .classes
+                .iter()
+                .any(|&class| class.to_digit(10) == Some(u32::from(code / 100)))
+    }
+}
+
+impl fmt::Display for StatusSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let items: Vec<String> = self
+            .codes
+            .iter()
+            .map(ToString::to_string)
+            .chain(self.classes.iter().map(|c| format!("{c}xx")))
+            .collect();
+        f.write_str(&items.join(", "))
+    }
 }
 
 impl Limit {
@@ -189,6 +251,10 @@ impl Rule {
     /// The key as shown to people and in `RateLimit-Policy`: `"/"` for the root rule.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    pub(crate) fn name_arc(&self) -> Arc<str> {
+        Arc::clone(&self.name)
     }
 
     /// The id its buckets are stored under.
@@ -231,6 +297,27 @@ impl Rule {
             _ => {
                 let _ = write!(out, "{}/{client}", self.key);
             }
+        }
+    }
+
+    /// Tokens a request takes under this rule (0 for unlimited rules).
+    pub fn cost(&self) -> u64 {
+        match &self.limit {
+            Limit::Limited { cost, .. } => *cost,
+            Limit::Unlimited => 0,
+        }
+    }
+
+    /// Whether the rule only measures (`shadow = true`).
+    pub fn is_shadow(&self) -> bool {
+        matches!(self.limit, Limit::Limited { shadow: true, .. })
+    }
+
+    /// The statuses that take tokens, for `count_status` rules.
+    pub fn count_status(&self) -> Option<&StatusSet> {
+        match &self.limit {
+            Limit::Limited { count_status, .. } => count_status.as_ref(),
+            Limit::Unlimited => None,
         }
     }
 
@@ -499,7 +586,7 @@ impl RuleSet {
 
 impl Rule {
     fn new(key: String, id: RuleId, limit: Limit, origin: Origin) -> Rule {
-        let name = display_name(&key).to_owned();
+        let name: Arc<str> = Arc::from(display_name(&key));
         let policy_name = structured_string(&name);
         let policies = match &limit {
             Limit::Unlimited => Vec::new(),
@@ -570,15 +657,46 @@ fn compile_limit(
     let name = key.get_ref();
     let raw = rule.get_ref();
     if raw.unlimited.as_ref().is_some_and(|u| *u.get_ref()) {
-        if raw.rate.is_some() || raw.burst.is_some() || raw.cost.is_some() {
+        let others = raw.rate.is_some()
+            || raw.burst.is_some()
+            || raw.cost.is_some()
+            || raw.strict.is_some()
+            || raw.shadow.is_some()
+            || raw.algorithm.is_some()
+            || raw.count_status.is_some();
+        if others {
             diagnostics.push(source.at(
                 rule_span,
-                format!("rule \"{name}\" is unlimited and cannot also set rate, burst or cost"),
+                format!(
+                    "rule \"{name}\" is unlimited and cannot also set a rate or how it is counted"
+                ),
             ));
             return None;
         }
         return Some(Limit::Unlimited);
     }
+    let algorithm = raw
+        .algorithm
+        .as_ref()
+        .map_or(crate::Algorithm::Gcra, |a| *a.get_ref());
+    if algorithm != crate::Algorithm::Gcra {
+        if let Some(burst) = &raw.burst {
+            diagnostics.push(source.at(
+                burst.span(),
+                format!("burst applies to algorithm = \"gcra\"; a {algorithm} allows each rate's count per period"),
+            ));
+        }
+        if let Some(strict) = raw.strict.as_ref().filter(|s| *s.get_ref()) {
+            diagnostics.push(source.at(
+                strict.span(),
+                format!("strict applies to algorithm = \"gcra\": a {algorithm} has no refill to hold back"),
+            ));
+        }
+    }
+    let count_status = raw
+        .count_status
+        .as_ref()
+        .map(|list| compile_statuses(source, list, diagnostics));
     let Some(rate_field) = &raw.rate else {
         diagnostics.push(source.at(
             rule_span,
@@ -679,7 +797,53 @@ fn compile_limit(
         quotas,
         cost,
         per: raw.per.unwrap_or_default(),
+        algorithm,
+        strict: raw.strict.as_ref().is_some_and(|s| *s.get_ref()),
+        shadow: raw.shadow.as_ref().is_some_and(|s| *s.get_ref()),
+        count_status: count_status.flatten(),
     })
+}
+
+/// `count_status = [401, 403, "5xx"]`.
+fn compile_statuses(
+    source: &Source,
+    list: &Spanned<Vec<Spanned<toml::Value>>>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<StatusSet> {
+    let (mut codes, mut classes) = (Vec::new(), Vec::new());
+    for item in list.get_ref() {
+        match item.get_ref() {
+            toml::Value::Integer(code @ 100..=599) => codes.push(*code as u16),
+            toml::Value::String(class)
+                if class.len() == 3
+                    && class.ends_with("xx")
+                    && matches!(class.as_bytes()[0], b'1'..=b'5') =>
+            {
+                classes.push(char::from(class.as_bytes()[0]));
+            }
+            other => {
+                let found = match other {
+                    toml::Value::String(text) => format!("\"{text}\""),
+                    toml::Value::Integer(number) => number.to_string(),
+                    other => other.type_str().to_owned(),
+                };
+                diagnostics.push(source.at(
+                    item.span(),
+                    format!(
+                        "count_status takes status codes (401) or classes (\"5xx\"), found {found}"
+                    ),
+                ));
+            }
+        }
+    }
+    if list.get_ref().is_empty() {
+        diagnostics.push(source.at(
+            list.span(),
+            "count_status is empty: list the statuses that take tokens",
+        ));
+        return None;
+    }
+    Some(StatusSet { codes, classes })
 }
 
 /// `[key]`, `[client]`, `[response]` and `[gateway]`, folded over the files in order.
@@ -1094,7 +1258,10 @@ mod tests {
         )
         .unwrap();
         let api = set.resolve("api", "x").unwrap();
-        let Limit::Limited { quotas, cost, per } = api.limit() else {
+        let Limit::Limited {
+            quotas, cost, per, ..
+        } = api.limit()
+        else {
             panic!("api is limited")
         };
         assert_eq!(
@@ -1161,7 +1328,31 @@ mod tests {
             ),
             (
                 "[limits.api]\nunlimited = true\nrate = \"1/s\"\n",
-                "rule \"api\" is unlimited and cannot also set rate",
+                "rule \"api\" is unlimited and cannot also set a rate",
+            ),
+            (
+                "[limits.api]\nunlimited = true\nshadow = true\n",
+                "rule \"api\" is unlimited and cannot also set a rate",
+            ),
+            (
+                "[limits.api]\nrate = \"1/s\"\nalgorithm = \"leaky\"\n",
+                "limits.toml:3:13: unknown variant `leaky`",
+            ),
+            (
+                "[limits.api]\nrate = \"9/s\"\nburst = 3\nalgorithm = \"fixed-window\"\n",
+                "limits.toml:3:9: burst applies to algorithm = \"gcra\"; a fixed-window allows",
+            ),
+            (
+                "[limits.api]\nrate = \"9/s\"\nstrict = true\nalgorithm = \"sliding-window\"\n",
+                "limits.toml:3:10: strict applies to algorithm = \"gcra\": a sliding-window has no refill",
+            ),
+            (
+                "[limits.api]\nrate = \"9/s\"\ncount_status = [401, \"6xx\", 99, true]\n",
+                "limits.toml:3:22: count_status takes status codes (401) or classes (\"5xx\"), found \"6xx\"",
+            ),
+            (
+                "[limits.api]\nrate = \"9/s\"\ncount_status = []\n",
+                "limits.toml:3:16: count_status is empty",
             ),
             (
                 "[limits.api]\nrate = \"1/s\"\nbrust = 3\n",
@@ -1227,6 +1418,52 @@ mod tests {
                 .rules()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn every_way_to_count_compiles() {
+        let set = compile(
+            r#"
+            [limits.login]
+            rate = "5/min"
+            strict = true
+            count_status = [401, 403, "5xx"]
+            [limits.beta]
+            rate = "10/s"
+            shadow = true
+            [limits.upload]
+            rate = ["100/min", "10/s"]
+            algorithm = "sliding-window"
+            cost = 10
+            "#,
+        )
+        .unwrap();
+        let Limit::Limited {
+            strict,
+            count_status,
+            ..
+        } = set.get("login").unwrap().limit()
+        else {
+            panic!("limited")
+        };
+        assert!(*strict);
+        let statuses = count_status.as_ref().unwrap();
+        assert!(
+            statuses.contains(StatusCode::FORBIDDEN) && statuses.contains(StatusCode::BAD_GATEWAY)
+        );
+        assert!(!statuses.contains(StatusCode::OK));
+        assert!(matches!(
+            set.get("beta").unwrap().limit(),
+            Limit::Limited { shadow: true, .. }
+        ));
+        assert!(matches!(
+            set.get("upload").unwrap().limit(),
+            Limit::Limited {
+                algorithm: crate::Algorithm::SlidingWindow,
+                cost: 10,
+                ..
+            }
+        ));
     }
 
     #[test]

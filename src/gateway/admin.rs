@@ -141,11 +141,23 @@ pub fn rules_json(rules: &RuleSet) -> Vec<Value> {
         .map(|rule| {
             let limit = match rule.limit() {
                 Limit::Unlimited => json!("unlimited"),
-                Limit::Limited { quotas, cost, per } => json!({
+                Limit::Limited {
+                    quotas,
+                    cost,
+                    per,
+                    algorithm,
+                    strict,
+                    shadow,
+                    count_status,
+                } => json!({
                     "rates": quotas.iter().map(|q| q.rate().to_string()).collect::<Vec<_>>(),
                     "bursts": quotas.iter().map(|q| q.burst()).collect::<Vec<_>>(),
                     "cost": cost,
                     "per": match per { Per::Client => "client", Per::Global => "global" },
+                    "algorithm": algorithm.to_string(),
+                    "strict": strict,
+                    "shadow": shadow,
+                    "count_status": count_status.as_ref().map(ToString::to_string),
                 }),
             };
             json!({ "rule": rule.name(), "limit": limit, "origin": rule.origin().to_string() })

@@ -322,13 +322,35 @@ pub fn describe_rules(rules: &RuleSet) -> String {
     for rule in rules.rules() {
         let what = match rule.limit() {
             crate::config::Limit::Unlimited => "unlimited".to_owned(),
-            crate::config::Limit::Limited { quotas, cost, per } => {
-                let quotas: Vec<String> = quotas.iter().map(ToString::to_string).collect();
+            crate::config::Limit::Limited {
+                quotas,
+                cost,
+                per,
+                algorithm,
+                strict,
+                shadow,
+                count_status,
+            } => {
+                let quotas: Vec<String> = match algorithm {
+                    crate::Algorithm::Gcra => quotas.iter().map(ToString::to_string).collect(),
+                    _ => quotas.iter().map(|q| q.rate().to_string()).collect(),
+                };
                 let per = match per {
                     crate::config::Per::Client => "per client",
                     crate::config::Per::Global => "global",
                 };
-                format!("{} · cost {cost} · {per}", quotas.join(" + "))
+                let mut line =
+                    format!("{} · {algorithm} · cost {cost} · {per}", quotas.join(" + "));
+                if *strict {
+                    line.push_str(" · strict");
+                }
+                if *shadow {
+                    line.push_str(" · shadow");
+                }
+                if let Some(statuses) = count_status {
+                    line.push_str(&format!(" · counts {statuses}"));
+                }
+                line
             }
         };
         let _ = writeln!(out, "{:<32} {what:<48} {}", rule.name(), rule.origin());

@@ -23,7 +23,7 @@ use super::{
     StoreError, TopRows,
 };
 use crate::Quota;
-use crate::algorithm::gcra;
+use crate::algorithm::{Algorithm, gcra, window};
 use crate::clock::Timestamp;
 use crate::config::Limit;
 use crate::decision::Decision;
@@ -71,66 +71,216 @@ impl Entry {
     }
 }
 
-/// One theoretical arrival time per quota and the interval it was measured in; inline for
-/// the common single quota.
+/// A bucket's state, self-describing so a reload that changes its rule can be detected and
+/// carried over: each quota's state is tagged with what measured it.
+///
+/// - `One`: a single GCRA quota, inline: its TAT and its interval (the tag).
+/// - `Many`: `n` quotas of any algorithm as three runs of `n` words: `a` (GCRA: TAT;
+///   windows: window start), `b` (windows: previous count << 32 | current count), and the
+///   tag (GCRA: interval; windows: period with a kind bit).
 #[derive(Clone)]
 enum State {
-    One {
-        tat: [u64; 1],
-        interval: u64,
-    },
-    /// `n` TATs followed by their `n` intervals.
+    One { tat: [u64; 1], interval: u64 },
     Many(Box<[u64]>),
 }
 
+const SLIDING_BIT: u64 = 1 << 63;
+const FIXED_BIT: u64 = 1 << 62;
+
+fn tag(algorithm: Algorithm, quota: &Quota) -> u64 {
+    match algorithm {
+        Algorithm::Gcra => quota.interval_nanos(),
+        Algorithm::SlidingWindow => quota.period_nanos() | SLIDING_BIT,
+        Algorithm::FixedWindow => quota.period_nanos() | FIXED_BIT,
+    }
+}
+
+fn unpack(start: u64, counts: u64) -> window::Counter {
+    window::Counter {
+        start,
+        previous: counts >> 32,
+        current: counts & u64::from(u32::MAX),
+    }
+}
+
+fn pack(counter: &window::Counter) -> u64 {
+    let clamp = |n: u64| n.min(u64::from(u32::MAX));
+    (clamp(counter.previous) << 32) | clamp(counter.current)
+}
+
 impl State {
-    fn full(quotas: &[Quota]) -> State {
-        match quotas {
-            [quota] => State::One {
+    fn fresh(algorithm: Algorithm, quotas: &[Quota]) -> State {
+        match (algorithm, quotas) {
+            (Algorithm::Gcra, [quota]) => State::One {
                 tat: [0],
                 interval: quota.interval_nanos(),
             },
-            _ => State::Many(
-                std::iter::repeat_n(0, quotas.len())
-                    .chain(quotas.iter().map(Quota::interval_nanos))
-                    .collect(),
-            ),
-        }
-    }
-
-    fn tats(&mut self) -> &mut [u64] {
-        match self {
-            State::One { tat, .. } => tat,
-            State::Many(many) => {
-                let n = many.len() / 2;
-                &mut many[..n]
+            _ => {
+                let n = quotas.len();
+                let mut words = vec![0; 3 * n].into_boxed_slice();
+                for (slot, quota) in words[2 * n..].iter_mut().zip(quotas) {
+                    *slot = tag(algorithm, quota);
+                }
+                State::Many(words)
             }
         }
     }
 
-    fn parts(&self) -> (&[u64], &[u64]) {
+    /// The first word of each quota (GCRA: its TAT).
+    fn tats(&mut self) -> &mut [u64] {
         match self {
-            State::One { tat, interval } => (tat, std::slice::from_ref(interval)),
-            State::Many(many) => many.split_at(many.len() / 2),
+            State::One { tat, .. } => tat,
+            State::Many(words) => {
+                let n = words.len() / 3;
+                &mut words[..n]
+            }
         }
     }
 
-    /// Whether this state is measured in `quotas`' intervals.
-    fn fits(&self, quotas: &[Quota]) -> bool {
-        let (_, intervals) = self.parts();
-        intervals.len() == quotas.len()
-            && intervals
-                .iter()
-                .zip(quotas)
-                .all(|(&i, q)| i == q.interval_nanos())
+    fn tags(&self) -> &[u64] {
+        match self {
+            State::One { interval, .. } => std::slice::from_ref(interval),
+            State::Many(words) => &words[2 * (words.len() / 3)..],
+        }
     }
 
-    /// The same consumption, re-expressed in `quotas` (after a reload changed them).
-    fn carried_over(&self, quotas: &[Quota], now: u64) -> State {
-        let mut next = State::full(quotas);
-        let (old_tats, old_intervals) = self.parts();
-        gcra::carry_over(old_tats, old_intervals, quotas, now, next.tats());
+    /// Whether this state was measured by exactly `algorithm` over `quotas`.
+    fn fits(&self, algorithm: Algorithm, quotas: &[Quota]) -> bool {
+        let tags = self.tags();
+        tags.len() == quotas.len()
+            && tags
+                .iter()
+                .zip(quotas)
+                .all(|(&t, q)| t == tag(algorithm, q))
+    }
+
+    /// Units used per quota as of `now`, whatever measured them.
+    fn used(&self, now: u64) -> Vec<(u64, f64)> {
+        let (a, b, tags): (&[u64], &[u64], &[u64]) = match self {
+            State::One { tat, interval } => (tat, &[0], std::slice::from_ref(interval)),
+            State::Many(words) => {
+                let n = words.len() / 3;
+                (&words[..n], &words[n..2 * n], &words[2 * n..])
+            }
+        };
+        a.iter()
+            .zip(b)
+            .zip(tags)
+            .map(|((&a, &b), &tag)| {
+                let measure = tag & !(SLIDING_BIT | FIXED_BIT);
+                let used = if tag & (SLIDING_BIT | FIXED_BIT) == 0 {
+                    a.saturating_sub(now) as f64 / measure.max(1) as f64
+                } else {
+                    let counter = unpack(a, b);
+                    let window = now - now % measure.max(1);
+                    if window == counter.start {
+                        let weight = if tag & SLIDING_BIT != 0 {
+                            (measure - (now - window)) as f64 / measure as f64
+                        } else {
+                            0.0
+                        };
+                        counter.previous as f64 * weight + counter.current as f64
+                    } else if tag & SLIDING_BIT != 0 && window == counter.start + measure {
+                        counter.current as f64 * (measure - (now - window)) as f64 / measure as f64
+                    } else {
+                        0.0
+                    }
+                };
+                (tag, used)
+            })
+            .collect()
+    }
+
+    /// The same consumption, re-expressed for `algorithm` over `quotas` (after a reload
+    /// changed them): units used stay used. A GCRA bucket whose rates changed keeps the
+    /// exact integer arithmetic of [`gcra::carry_over`].
+    fn carried_over(&self, algorithm: Algorithm, quotas: &[Quota], now: u64) -> State {
+        let mut next = State::fresh(algorithm, quotas);
+        let all_gcra = self
+            .tags()
+            .iter()
+            .all(|t| t & (SLIDING_BIT | FIXED_BIT) == 0);
+        if algorithm == Algorithm::Gcra && all_gcra {
+            let old_tags = self.tags().to_vec();
+            let mut old = self.clone();
+            gcra::carry_over(old.tats(), &old_tags, quotas, now, next.tats());
+            return next;
+        }
+        let used = self.used(now);
+        let n = quotas.len();
+        for (index, quota) in quotas.iter().enumerate() {
+            // Across algorithms, quota i inherits from old quota i (or the last one).
+            let Some(&(_, units)) = used.get(index).or(used.last()) else {
+                continue;
+            };
+            if units <= 0.0 {
+                continue;
+            }
+            match (&mut next, algorithm) {
+                (State::One { tat, .. }, _) => {
+                    tat[0] = now.saturating_add((units * quota.interval_nanos() as f64) as u64);
+                }
+                (State::Many(words), Algorithm::Gcra) => {
+                    words[index] =
+                        now.saturating_add((units * quota.interval_nanos() as f64) as u64);
+                }
+                (State::Many(words), _) => {
+                    let period = quota.period_nanos();
+                    let counter = window::Counter {
+                        start: now - now % period,
+                        previous: 0,
+                        current: units.ceil() as u64,
+                    };
+                    words[index] = counter.start;
+                    words[n + index] = pack(&counter);
+                }
+            }
+        }
         next
+    }
+
+    /// Decides against this state.
+    fn decide(&mut self, request: &CheckRequest<'_>, now: u64) -> Decision {
+        let quotas = request.quotas;
+        match request.algorithm {
+            Algorithm::Gcra => gcra::decide(
+                self.tats(),
+                quotas,
+                request.cost,
+                now,
+                request.mode,
+                request.strict,
+            ),
+            algorithm => {
+                let kind = if algorithm == Algorithm::FixedWindow {
+                    window::Kind::Fixed
+                } else {
+                    window::Kind::Sliding
+                };
+                let State::Many(words) = self else {
+                    return Decision::unlimited();
+                };
+                let n = words.len() / 3;
+                let mut buffer = [window::Counter::default(); 4];
+                let mut spill = Vec::new();
+                let counters: &mut [window::Counter] = if n <= buffer.len() {
+                    &mut buffer[..n]
+                } else {
+                    spill.resize(n, window::Counter::default());
+                    &mut spill
+                };
+                for (i, counter) in counters.iter_mut().enumerate() {
+                    *counter = unpack(words[i], words[n + i]);
+                }
+                let decision =
+                    window::decide(kind, counters, quotas, request.cost, now, request.mode);
+                for (i, counter) in counters.iter().enumerate() {
+                    words[i] = counter.start;
+                    words[n + i] = pack(counter);
+                }
+                decision
+            }
+        }
     }
 }
 
@@ -163,26 +313,32 @@ impl MemoryStore {
         // The table uses the low bits and the top seven; pick the shard from the middle.
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
         let mut table = self.shards[index].0.lock();
-        let commit = request.mode == CheckMode::Consume;
         let now = request.now.as_unix_nanos();
-        let quotas = request.quotas;
+        let (algorithm, quotas) = (request.algorithm, request.quotas);
+        let writes = request.mode != CheckMode::Peek;
         if let Some(entry) = table.find_mut(hash, |entry| entry.bucket() == request.bucket) {
-            if !entry.state.fits(quotas) {
-                let carried = entry.state.carried_over(quotas, now);
-                if !commit {
-                    let mut peeked = carried;
-                    return gcra::decide(peeked.tats(), quotas, request.cost, now, false);
+            if !entry.state.fits(algorithm, quotas) {
+                let mut carried = entry.state.carried_over(algorithm, quotas, now);
+                if !writes {
+                    return carried.decide(&request, now);
                 }
                 entry.state = carried;
             }
-            if commit {
+            if writes {
                 entry.last_seen = seen_stamp(now);
             }
-            return gcra::decide(entry.state.tats(), quotas, request.cost, now, commit);
+            // A peek changes nothing: neither engine writes in `Peek` mode.
+            return entry.state.decide(&request, now);
         }
-        let mut state = State::full(quotas);
-        let decision = gcra::decide(state.tats(), quotas, request.cost, now, commit);
-        if decision.allowed() && commit {
+        let mut state = State::fresh(algorithm, quotas);
+        let decision = state.decide(&request, now);
+        // A full bucket and a missing one are the same: store only what took something.
+        let took = match request.mode {
+            CheckMode::Consume => decision.allowed(),
+            CheckMode::Charge => true,
+            _ => false,
+        };
+        if took || (request.strict && writes) {
             let entry = Entry {
                 rule: request.bucket.rule,
                 last_seen: seen_stamp(now),
@@ -217,7 +373,10 @@ impl MemoryStore {
                 let Some(rule) = rules.get(&entry.rule) else {
                     continue; // a rule being removed
                 };
-                let Limit::Limited { quotas, .. } = rule.limit() else {
+                let Limit::Limited {
+                    quotas, algorithm, ..
+                } = rule.limit()
+                else {
                     continue;
                 };
                 key.clear();
@@ -225,12 +384,21 @@ impl MemoryStore {
                 if !key.starts_with(query.prefix.as_str()) {
                     continue;
                 }
-                let mut state = if entry.state.fits(quotas) {
+                let mut state = if entry.state.fits(*algorithm, quotas) {
                     entry.state.clone()
                 } else {
-                    entry.state.carried_over(quotas, now)
+                    entry.state.carried_over(*algorithm, quotas, now)
                 };
-                let decision = gcra::decide(state.tats(), quotas, 1, now, false);
+                let peek = CheckRequest {
+                    bucket: entry.bucket(),
+                    quotas,
+                    cost: 1,
+                    now: query.now,
+                    mode: CheckMode::Peek,
+                    algorithm: *algorithm,
+                    strict: false,
+                };
+                let decision = state.decide(&peek, now);
                 let capacity = decision.limit().max(1);
                 let fraction = decision.remaining() as f64 / capacity as f64;
                 if query.max_fraction.is_some_and(|max| fraction > max) {
@@ -337,6 +505,8 @@ mod tests {
             cost: 1,
             now,
             mode: CheckMode::Consume,
+            algorithm: Algorithm::Gcra,
+            strict: false,
         })
     }
 
@@ -458,6 +628,8 @@ mod tests {
             cost: 1,
             now: clock.now(),
             mode: CheckMode::Peek,
+            algorithm: Algorithm::Gcra,
+            strict: false,
         });
         assert!(store.is_empty());
     }

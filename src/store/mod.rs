@@ -20,6 +20,8 @@
 //!     bucket: BucketRef { rule: RuleId::new(0), client: Some(&client) },
 //!     quotas: &quotas,
 //!     cost: 1,
+//!     algorithm: tollgate::Algorithm::Gcra,
+//!     strict: false,
 //!     now: FakeClock::new().now(),
 //!     mode: CheckMode::Consume,
 //! };
@@ -42,6 +44,7 @@ pub use memory::MemoryStore;
 pub type AdminFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send>>;
 
 use crate::Quota;
+use crate::algorithm::Algorithm;
 use crate::clock::Timestamp;
 use crate::decision::Decision;
 use crate::key::Client;
@@ -74,11 +77,16 @@ pub struct BucketRef<'a> {
 
 /// Whether a check takes tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CheckMode {
     /// Take `cost` tokens if every quota admits the request.
     Consume,
     /// Report what would happen, changing nothing.
     Peek,
+    /// Take `cost` tokens whatever the bucket holds, even past empty (`count_status`: the
+    /// response is one that counts). The bucket owes the difference and refuses until it
+    /// has refilled it.
+    Charge,
 }
 
 /// Everything a store needs for one decision.
@@ -90,6 +98,10 @@ pub struct CheckRequest<'a> {
     pub quotas: &'a [Quota],
     /// Tokens the request takes.
     pub cost: u64,
+    /// The rule's algorithm.
+    pub algorithm: Algorithm,
+    /// Whether refused requests hold the refill back (GCRA only).
+    pub strict: bool,
     /// The one reading of the clock this decision is made at.
     pub now: Timestamp,
     /// Consume or peek.
