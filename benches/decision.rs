@@ -118,6 +118,38 @@ fn governor_reference(c: &mut Criterion) {
     group.finish();
 }
 
+/// Each algorithm's decision, one hot client and 100k live clients, same request path.
+fn algorithms(c: &mut Criterion) {
+    let mut group = c.benchmark_group("algorithm");
+    for algorithm in ["gcra", "sliding-window", "fixed-window"] {
+        let config = format!(
+            "[limits]\n\"/\" = \"{GENEROUS}\"\n\"api/search\" = {{ rate = \"{GENEROUS}\", algorithm = \"{algorithm}\" }}\n"
+        );
+        for clients in [1u32, 100_000] {
+            let limits = Limits::from_toml(&config).unwrap();
+            let mut request = request_from(client(0));
+            for i in 0..clients {
+                set_client(&mut request, client(i));
+                limits.check_request(&request).map(settle);
+            }
+            let id = BenchmarkId::from_parameter(format!("{algorithm}/clients={clients}"));
+            group.bench_function(id, |b| {
+                let mut i = 0;
+                b.iter(|| {
+                    i = (i + 1) % clients;
+                    set_client(&mut request, client(i));
+                    black_box(
+                        settle(limits.check_request(&request).unwrap())
+                            .unwrap()
+                            .allowed(),
+                    )
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 fn resolve(c: &mut Criterion) {
     let mut group = c.benchmark_group("resolve");
     for rules in [10, 10_000] {
@@ -168,6 +200,6 @@ criterion_group! {
         .sample_size(30)
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
-    targets = decision, governor_reference, resolve, layer
+    targets = decision, governor_reference, algorithms, resolve, layer
 }
 criterion_main!(benches);

@@ -165,15 +165,14 @@ impl<St: Store> Limits<St> {
             }
             Ok(Some((current, next, sources))) => {
                 let retired = next.retired_since(&current);
+                let generation = next.generation();
                 shared.rules.store(Arc::new(next));
                 shared.store.forget(&retired);
                 state.applied = sources.into_iter().map(|s| s.text).collect();
-                let mut generation = 0;
                 shared.status.send_modify(|status| {
-                    status.generation += 1;
+                    status.generation = generation;
                     status.loaded_at = SystemTime::now();
                     status.last_error = None;
-                    generation = status.generation;
                 });
                 metrics::counter!("tollgate_config_reloads_total").increment(1);
                 metrics::gauge!("tollgate_config_generation").set(generation as f64);
@@ -198,9 +197,12 @@ impl<St: Store> Limits<St> {
         }
     }
 
-    /// The configuration's current state.
+    /// The configuration's current state. Its generation is the active rule set's own, so
+    /// it never lags behind the rules requests see.
     pub fn status(&self) -> ReloadStatus {
-        self.shared().status.borrow().clone()
+        let mut status = self.shared().status.borrow().clone();
+        status.generation = self.shared().rules.load().generation();
+        status
     }
 
     /// A receiver that sees every change of [`status`](Self::status): each applied reload and

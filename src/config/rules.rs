@@ -51,6 +51,10 @@ pub struct RuleSet {
     /// The next unused rule id: ids are never reused, so a rule removed and later restored
     /// starts with fresh buckets.
     next_id: u32,
+    /// 1 for the first set, +1 for each set compiled to replace another. Part of the set
+    /// itself, so whoever sees these rules sees their generation: no reader can catch a
+    /// new set under an old number.
+    generation: u64,
 }
 
 /// One validated rule.
@@ -443,6 +447,11 @@ impl RuleSet {
         &self.gateway
     }
 
+    /// Which applied set this is: 1 after the initial load, +1 per applied reload.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// The files this set was loaded from, in order.
     pub fn files(&self) -> &[PathBuf] {
         &self.files
@@ -580,6 +589,7 @@ impl RuleSet {
             gateway: settings.gateway,
             files: sources.iter().map(|s| s.path.clone()).collect(),
             next_id,
+            generation: previous.map_or(1, |set| set.generation + 1),
         })
     }
 }

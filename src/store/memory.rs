@@ -614,6 +614,12 @@ mod tests {
     }
 
     #[test]
+    fn a_bucket_entry_is_64_bytes() {
+        // Memory follows this number: BENCHMARKS.md and the README quote it.
+        assert_eq!(std::mem::size_of::<Entry>(), 64);
+    }
+
+    #[test]
     fn nothing_is_stored_for_peeks_or_denied_first_requests() {
         let store = MemoryStore::new();
         let clock = FakeClock::new();

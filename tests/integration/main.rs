@@ -13,5 +13,6 @@ mod config_files;
 mod gateway;
 mod hyper_server;
 mod layer_http;
+mod modes;
 mod reload;
 mod support;
