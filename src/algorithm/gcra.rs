@@ -85,11 +85,7 @@ pub(crate) fn decide(
         }
     }
     // Charging (count_status) takes the tokens even past empty; the debt is waited out.
-    let take = match mode {
-        CheckMode::Consume => allowed,
-        CheckMode::Charge => true,
-        CheckMode::Peek => false,
-    };
+    let take = mode.takes(allowed);
 
     let mut described: Option<Decision> = None;
     let mut reset = 0;
@@ -120,10 +116,7 @@ pub(crate) fn decide(
             debt,
             retry,
         );
-        described = Some(match described {
-            Some(current) if !super::more_restrictive(&candidate, &current) => current,
-            _ => candidate,
-        });
+        super::keep_most_restrictive(&mut described, candidate);
     }
     described.map_or(Decision::unlimited(), |decision| decision.with_reset(reset))
 }

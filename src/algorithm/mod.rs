@@ -40,9 +40,20 @@ impl std::fmt::Display for Algorithm {
     }
 }
 
+/// Folds one quota's decision into the rule's: the most restrictive quota is described.
+pub(crate) fn keep_most_restrictive(described: &mut Option<Decision>, candidate: Decision) {
+    let replace = match described {
+        Some(current) => more_restrictive(&candidate, current),
+        None => true,
+    };
+    if replace {
+        *described = Some(candidate);
+    }
+}
+
 /// Which of two quotas' figures a client should see: on a denial the longer wait,
 /// otherwise fewer tokens left (then the longer wait for the next one).
-pub(crate) fn more_restrictive(candidate: &Decision, current: &Decision) -> bool {
+fn more_restrictive(candidate: &Decision, current: &Decision) -> bool {
     if candidate.allowed() {
         (
             candidate.remaining(),

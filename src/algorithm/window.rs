@@ -126,11 +126,7 @@ pub(crate) fn decide(
         counter.scaled_estimate(kind, elapsed, period) + u128::from(cost) * u128::from(period)
             <= limit
     });
-    let take = match mode {
-        CheckMode::Consume => allowed,
-        CheckMode::Charge => true,
-        CheckMode::Peek => false,
-    };
+    let take = mode.takes(allowed);
 
     let mut described: Option<Decision> = None;
     let mut reset = 0;
@@ -174,10 +170,7 @@ pub(crate) fn decide(
             retry,
             0,
         );
-        described = Some(match described {
-            Some(current) if !super::more_restrictive(&candidate, &current) => current,
-            _ => candidate,
-        });
+        super::keep_most_restrictive(&mut described, candidate);
     }
     described.map_or(Decision::unlimited(), |decision| decision.with_reset(reset))
 }

@@ -333,11 +333,7 @@ impl MemoryStore {
         let mut state = State::fresh(algorithm, quotas);
         let decision = state.decide(&request, now);
         // A full bucket and a missing one are the same: store only what took something.
-        let took = match request.mode {
-            CheckMode::Consume => decision.allowed(),
-            CheckMode::Charge => true,
-            _ => false,
-        };
+        let took = request.mode.takes(decision.allowed());
         if took || (request.strict && writes) {
             let entry = Entry {
                 rule: request.bucket.rule,

@@ -89,6 +89,17 @@ pub enum CheckMode {
     Charge,
 }
 
+impl CheckMode {
+    /// Whether a check in this mode takes its tokens, given whether every quota admits it.
+    pub(crate) fn takes(self, admitted: bool) -> bool {
+        match self {
+            CheckMode::Consume => admitted,
+            CheckMode::Charge => true,
+            CheckMode::Peek => false,
+        }
+    }
+}
+
 /// Everything a store needs for one decision.
 #[derive(Clone, Copy, Debug)]
 pub struct CheckRequest<'a> {
