@@ -48,6 +48,8 @@ pub(crate) struct Shared<St> {
     pub(crate) status: tokio::sync::watch::Sender<ReloadStatus>,
     /// The file watcher, if watching; dropped (and stopped) with the last clone.
     pub(crate) watcher: Mutex<Option<FileWatcher>>,
+    /// Dropping it (with the last clone) wakes and stops the sweeper.
+    _sweeper: std::sync::mpsc::Sender<()>,
 }
 
 impl<St> Clone for Limits<St> {
@@ -138,20 +140,57 @@ impl<St: Store> LimitsBuilder<St> {
     fn build(self, sources: Vec<Source>, paths: Vec<PathBuf>) -> Result<Limits<St>, ConfigError> {
         let rules = RuleSet::compile(&sources, None).map_err(ConfigError::Invalid)?;
         metrics::gauge!("tollgate_config_generation").set(1.0);
+        self.store.configure(rules.store());
         let (status, _) = tokio::sync::watch::channel(ReloadStatus::new(paths.clone()));
-        Ok(Limits {
-            shared: Arc::new(Shared {
-                rules: ArcSwap::from_pointee(rules),
-                store: self.store,
-                clock: self.clock.unwrap_or_else(|| Box::new(SystemClock::new())),
-                reload: Mutex::new(ReloadState {
-                    paths,
-                    applied: sources.into_iter().map(|s| s.text).collect(),
-                }),
-                status,
-                watcher: Mutex::new(None),
+        let (sweeper, stop) = std::sync::mpsc::channel();
+        let shared = Arc::new(Shared {
+            rules: ArcSwap::from_pointee(rules),
+            store: self.store,
+            clock: self.clock.unwrap_or_else(|| Box::new(SystemClock::new())),
+            reload: Mutex::new(ReloadState {
+                paths,
+                applied: sources.into_iter().map(|s| s.text).collect(),
             }),
-        })
+            status,
+            watcher: Mutex::new(None),
+            _sweeper: sweeper,
+        });
+        start_sweeper(Arc::downgrade(&shared), stop);
+        Ok(Limits { shared })
+    }
+}
+
+/// Drops refilled buckets every `[store] sweep_interval`, until the limiter is gone.
+fn start_sweeper<St: Store>(
+    shared: std::sync::Weak<Shared<St>>,
+    stop: std::sync::mpsc::Receiver<()>,
+) {
+    let spawned = std::thread::Builder::new()
+        .name("tollgate-sweeper".into())
+        .spawn(move || {
+            loop {
+                let Some(interval) = shared
+                    .upgrade()
+                    .map(|s| s.rules.load().store().sweep_interval)
+                else {
+                    return;
+                };
+                // Woken early only by the last clone going away.
+                match stop.recv_timeout(interval) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                let swept = shared.store.sweep(shared.clock.now());
+                if swept > 0 {
+                    tracing::debug!(swept, "swept buckets that had refilled");
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "cannot start the bucket sweeper; idle buckets stay until evicted");
     }
 }
 

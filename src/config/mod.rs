@@ -13,5 +13,6 @@ pub use error::{ConfigError, Diagnostic};
 pub use rate::{Rate, RateError, parse_duration};
 pub use raw::Per;
 pub use rules::{
-    Explanation, GatewaySettings, Limit, Origin, Rule, RuleSet, StatusSet, Step, parse_upstream,
+    Explanation, GatewaySettings, Limit, Origin, Rule, RuleSet, StatusSet, Step, StoreSettings,
+    parse_upstream,
 };

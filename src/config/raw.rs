@@ -28,6 +28,16 @@ pub(crate) struct RawFile {
     pub(crate) limits: BTreeMap<Spanned<String>, Spanned<RawRule>>,
     #[serde(default)]
     pub(crate) gateway: RawGateway,
+    #[serde(default)]
+    pub(crate) store: RawStore,
+}
+
+/// `[store]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStore {
+    pub(crate) max_buckets: Option<Spanned<i64>>,
+    pub(crate) sweep_interval: Option<Spanned<String>>,
 }
 
 /// `[gateway]`: settings of the example gateway, validated with the rest.

@@ -47,6 +47,7 @@ pub struct RuleSet {
     client: ClientSettings,
     response: Arc<ResponseSettings>,
     gateway: GatewaySettings,
+    store: StoreSettings,
     files: Vec<PathBuf>,
     /// The next unused rule id: ids are never reused, so a rule removed and later restored
     /// starts with fresh buckets.
@@ -95,6 +96,37 @@ impl RuleCounters {
 impl fmt::Debug for RuleCounters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("RuleCounters")
+    }
+}
+
+/// The `[store]` table: how many buckets may be held, and how often idle ones are swept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreSettings {
+    /// The most buckets held at once (`max_buckets`, default
+    /// [`StoreSettings::DEFAULT_MAX_BUCKETS`]). At the bound, the buckets closest to full
+    /// are evicted first.
+    pub max_buckets: usize,
+    /// How often buckets that have refilled completely are dropped (`sweep_interval`,
+    /// default 10 s).
+    pub sweep_interval: std::time::Duration,
+}
+
+impl StoreSettings {
+    /// Four million buckets: about half a gigabyte resident at the in-memory store's
+    /// measured 110–140 bytes per bucket (BENCHMARKS.md) — a small share of a 24 GiB
+    /// machine, and room for a very busy service's clients.
+    pub const DEFAULT_MAX_BUCKETS: usize = 4_000_000;
+    /// How often the sweeper runs unless told otherwise.
+    pub const DEFAULT_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings {
+            max_buckets: Self::DEFAULT_MAX_BUCKETS,
+            sweep_interval: Self::DEFAULT_SWEEP_INTERVAL,
+        }
     }
 }
 
@@ -447,6 +479,11 @@ impl RuleSet {
         &self.gateway
     }
 
+    /// The `[store]` table.
+    pub fn store(&self) -> &StoreSettings {
+        &self.store
+    }
+
     /// Which applied set this is: 1 after the initial load, +1 per applied reload.
     pub fn generation(&self) -> u64 {
         self.generation
@@ -587,6 +624,7 @@ impl RuleSet {
             client: settings.client,
             response: Arc::new(settings.response),
             gateway: settings.gateway,
+            store: settings.store,
             files: sources.iter().map(|s| s.path.clone()).collect(),
             next_id,
             generation: previous.map_or(1, |set| set.generation + 1),
@@ -863,6 +901,7 @@ struct Settings {
     client: ClientSettings,
     response: ResponseSettings,
     gateway: GatewaySettings,
+    store: StoreSettings,
 }
 
 impl Settings {
@@ -957,6 +996,27 @@ impl Settings {
             self.response.body = BodyTemplate::new(body);
         }
         self.apply_gateway(source, raw, diagnostics);
+        if let Some(max) = &raw.store.max_buckets {
+            match usize::try_from(*max.get_ref()) {
+                Ok(max @ 1..) => self.store.max_buckets = max,
+                _ => diagnostics.push(source.at(
+                    max.span(),
+                    format!("max_buckets must be at least 1, found {}", max.get_ref()),
+                )),
+            }
+        }
+        if let Some(text) = &raw.store.sweep_interval {
+            match super::rate::parse_duration(text.get_ref()) {
+                Some(interval) if !interval.is_zero() => self.store.sweep_interval = interval,
+                _ => diagnostics.push(source.at(
+                    text.span(),
+                    format!(
+                        "sweep_interval \"{}\" is not a duration like \"10s\"",
+                        text.get_ref()
+                    ),
+                )),
+            }
+        }
 
         if let Some(content_type) = &response.content_type {
             match HeaderValue::from_str(content_type.get_ref()) {

@@ -8,12 +8,23 @@
 //! A bucket is only stored once it has taken tokens: a full bucket and a missing one are
 //! the same thing, so a denied or peeked first request leaves nothing behind.
 //!
+//! # Memory
+//!
+//! Memory follows active clients: a background sweep (every `[store] sweep_interval`) drops
+//! buckets that have refilled completely, losslessly. A hard bound (`[store] max_buckets`,
+//! kept per shard as `max_buckets / shards`) caps memory under a flood of distinct clients:
+//! a shard at its bound first drops its refilled buckets, then evicts a batch (1/16 of the
+//! shard) of the buckets closest to full — the smallest time until refilled, so eviction
+//! forgives as little as possible and the heaviest users are the last to go. Evictions are
+//! counted (`tollgate_evictions_total`). The scan is paid once per batch, not per request.
+//!
 //! Each bucket remembers the intervals its TATs were measured in. When a reload changes
 //! its rule's rates, the first request to meet it re-expresses the consumption in the new
 //! quotas ([`gcra::carry_over`]) — lazily, so no pass over the store has to race the swap.
 
 use std::future::{Ready, ready};
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use hashbrown::HashTable;
 use parking_lot::Mutex;
@@ -40,6 +51,10 @@ use crate::key::Client;
 pub struct MemoryStore {
     shards: Box<[Shard]>,
     hasher: foldhash::quality::RandomState,
+    /// Buckets one shard may hold: `max_buckets / shards`, rounded up.
+    shard_cap: AtomicUsize,
+    evictions: AtomicU64,
+    eviction_counter: metrics::Counter,
 }
 
 /// One lock's worth of buckets, on its own cache lines so shards do not contend.
@@ -63,6 +78,41 @@ fn seen_stamp(now: u64) -> u32 {
 }
 
 impl Entry {
+    /// Time until this bucket has refilled completely (0: it is as good as new).
+    fn refills_in(&self, now: u64) -> u64 {
+        let (a, b, tags): (&[u64], &[u64], &[u64]) = match &self.state {
+            State::One { tat, interval } => (tat, &[0], std::slice::from_ref(interval)),
+            State::Many(words) => {
+                let n = words.len() / 3;
+                (&words[..n], &words[n..2 * n], &words[2 * n..])
+            }
+        };
+        a.iter()
+            .zip(b)
+            .zip(tags)
+            .map(|((&a, &b), &tag)| {
+                let period = tag & !(SLIDING_BIT | FIXED_BIT);
+                if tag & SLIDING_BIT != 0 {
+                    // A window's counts stop mattering two windows after it began.
+                    if b == 0 {
+                        0
+                    } else {
+                        a.saturating_add(2 * period).saturating_sub(now)
+                    }
+                } else if tag & FIXED_BIT != 0 {
+                    if b & u64::from(u32::MAX) == 0 {
+                        0
+                    } else {
+                        a.saturating_add(period).saturating_sub(now)
+                    }
+                } else {
+                    a.saturating_sub(now)
+                }
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     fn bucket(&self) -> BucketRef<'_> {
         BucketRef {
             rule: self.rule,
@@ -289,12 +339,69 @@ impl MemoryStore {
     pub fn new() -> MemoryStore {
         let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
         let shards = (threads * 4).next_power_of_two().clamp(4, 256);
-        MemoryStore {
+        let store = MemoryStore {
             shards: (0..shards)
                 .map(|_| Shard(Mutex::new(HashTable::new())))
                 .collect(),
             hasher: foldhash::quality::RandomState::default(),
+            shard_cap: AtomicUsize::new(usize::MAX),
+            evictions: AtomicU64::new(0),
+            eviction_counter: metrics::counter!("tollgate_evictions_total"),
+        };
+        store.set_max_buckets(crate::config::StoreSettings::DEFAULT_MAX_BUCKETS);
+        store
+    }
+
+    /// Bounds the store to about `max` buckets (enforced per shard).
+    pub fn set_max_buckets(&self, max: usize) {
+        let per_shard = max.div_ceil(self.shards.len()).max(1);
+        self.shard_cap.store(per_shard, Ordering::Relaxed);
+    }
+
+    /// Buckets evicted at the bound since the store was made.
+    pub fn evictions(&self) -> u64 {
+        self.evictions.load(Ordering::Relaxed)
+    }
+
+    /// Drops every bucket that has refilled completely; how many went.
+    pub fn sweep_idle(&self, now: Timestamp) -> usize {
+        let now = now.as_unix_nanos();
+        self.shards
+            .iter()
+            .map(|shard| {
+                let mut table = shard.0.lock();
+                let before = table.len();
+                table.retain(|entry| entry.refills_in(now) > 0);
+                before - table.len()
+            })
+            .sum()
+    }
+
+    /// Makes room in a full shard: refilled buckets first, then the closest to full.
+    fn make_room(&self, table: &mut HashTable<Entry>, now: u64) {
+        let cap = self.shard_cap.load(Ordering::Relaxed);
+        if table.len() < cap {
+            return;
         }
+        table.retain(|entry| entry.refills_in(now) > 0);
+        if table.len() < cap {
+            return;
+        }
+        // A batch at a time, so the scan is paid once per cap/16 inserts.
+        let evict = (cap / 16).max(table.len() + 1 - cap).max(1);
+        let mut refills: Vec<u64> = table.iter().map(|entry| entry.refills_in(now)).collect();
+        let threshold = *refills.select_nth_unstable(evict - 1).1;
+        let mut evicted = 0;
+        table.retain(|entry| {
+            if evicted < evict && entry.refills_in(now) <= threshold {
+                evicted += 1;
+                false
+            } else {
+                true
+            }
+        });
+        self.evictions.fetch_add(evicted as u64, Ordering::Relaxed);
+        self.eviction_counter.increment(evicted as u64);
     }
 
     /// Buckets currently stored (clients that are not at full budget, roughly).
@@ -344,6 +451,7 @@ impl MemoryStore {
                     .map(|client| client.clone().into_owned()),
                 state,
             };
+            self.make_room(&mut table, now);
             let hasher = &self.hasher;
             table.insert_unique(hash, entry, |entry| hasher.hash_one(entry.bucket()));
         }
@@ -461,6 +569,14 @@ impl Store for MemoryStore {
 
     fn forget(&self, rules: &[RuleId]) {
         self.forget_rules(rules);
+    }
+
+    fn configure(&self, settings: &crate::config::StoreSettings) {
+        self.set_max_buckets(settings.max_buckets);
+    }
+
+    fn sweep(&self, now: Timestamp) -> usize {
+        self.sweep_idle(now)
     }
 
     fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {
@@ -607,6 +723,92 @@ mod tests {
             keys(query("login/", Some(0.5), BucketSort::Fraction, 100)),
             ["login/10.0.0.3"]
         );
+    }
+
+    fn poll<F: std::future::Future>(future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        match future
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+        {
+            std::task::Poll::Ready(output) => output,
+            std::task::Poll::Pending => panic!("in-memory decisions are immediate"),
+        }
+    }
+
+    #[test]
+    fn sweeping_drops_refilled_buckets_and_never_a_partly_used_one() {
+        let clock = FakeClock::new();
+        let limits = crate::Limits::builder()
+            .clock(clock.clone())
+            .from_toml(
+                "[limits]\n\"/\" = \"10/min\"\n\
+                 slide = { rate = \"10/min\", algorithm = \"sliding-window\" }\n\
+                 fixed = { rate = \"10/min\", algorithm = \"fixed-window\" }\n",
+            )
+            .unwrap();
+        let take = |key: &str, n: u64| poll(limits.check(key, n)).unwrap();
+        take("light", 1); // refilled after 6 s
+        take("heavy", 10); // refilled after 60 s
+        take("slide/a", 1); // its window stops counting two windows on
+        take("fixed/a", 1); // its count resets at the next minute
+        assert_eq!(limits.store().len(), 4);
+        assert_eq!(
+            limits.store().sweep_idle(clock.now()),
+            0,
+            "nothing has refilled yet"
+        );
+
+        clock.advance(Duration::from_secs(6));
+        assert_eq!(
+            limits.store().sweep_idle(clock.now()),
+            1,
+            "the light client refilled"
+        );
+        // The heavy client's bucket is untouched: exactly what it was, minus 6 s of refill.
+        assert_eq!(poll(limits.peek("heavy")).unwrap().remaining(), 1);
+
+        clock.advance(Duration::from_secs(54)); // FakeClock starts on a minute boundary
+        assert_eq!(
+            limits.store().sweep_idle(clock.now()),
+            2,
+            "heavy refilled; the fixed window reset"
+        );
+        assert_eq!(limits.store().len(), 1, "the sliding window still weighs");
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(limits.store().sweep_idle(clock.now()), 1);
+        assert!(limits.store().is_empty());
+    }
+
+    #[test]
+    fn the_bound_holds_under_a_flood_and_the_heaviest_users_survive() {
+        let clock = FakeClock::new();
+        let limits = crate::Limits::builder()
+            .clock(clock.clone())
+            .from_toml("[store]\nmax_buckets = 256\n[limits]\n\"/\" = \"10/min\"\n")
+            .unwrap();
+        // Someone used their whole budget before the flood.
+        for _ in 0..10 {
+            assert!(poll(limits.check("10.0.0.1", 1)).unwrap().allowed());
+        }
+        // A bounded flood of distinct clients, one request each.
+        for i in 0..20_000u32 {
+            let client = std::net::Ipv4Addr::from(0x0b00_0000 + i).to_string();
+            assert!(
+                poll(limits.check(&client, 1)).unwrap().allowed(),
+                "newcomers are decided correctly"
+            );
+        }
+        let store = limits.store();
+        let cap_per_shard = 256usize.div_ceil(store.shards.len());
+        assert!(
+            store.len() <= cap_per_shard * store.shards.len(),
+            "{} buckets held",
+            store.len()
+        );
+        assert!(store.evictions() >= 20_000 - (cap_per_shard * store.shards.len()) as u64);
+        // The one who used everything was never the closest to full: still limited.
+        assert!(!poll(limits.check("10.0.0.1", 1)).unwrap().allowed());
     }
 
     #[test]

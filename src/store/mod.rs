@@ -151,6 +151,19 @@ pub trait Store: Send + Sync + 'static {
         let _ = rules;
     }
 
+    /// Applies the `[store]` table (at load and at every reload). The default ignores it.
+    fn configure(&self, settings: &crate::config::StoreSettings) {
+        let _ = settings;
+    }
+
+    /// Drops buckets that have refilled completely — they are indistinguishable from new
+    /// ones — and returns how many. Called in the background every `sweep_interval`; stores
+    /// whose buckets expire by themselves keep the default, which does nothing.
+    fn sweep(&self, now: Timestamp) -> usize {
+        let _ = now;
+        0
+    }
+
     /// Lists buckets for introspection, filtered, sorted and bounded as `query` asks.
     /// The default lists nothing.
     fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {
