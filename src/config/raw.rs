@@ -38,6 +38,8 @@ pub(crate) struct RawFile {
 pub(crate) struct RawStore {
     pub(crate) max_buckets: Option<Spanned<i64>>,
     pub(crate) sweep_interval: Option<Spanned<String>>,
+    pub(crate) snapshot: Option<Spanned<String>>,
+    pub(crate) snapshot_interval: Option<Spanned<String>>,
 }
 
 /// `[gateway]`: settings of the example gateway, validated with the rest.

@@ -110,6 +110,10 @@ pub struct StoreSettings {
     /// How often buckets that have refilled completely are dropped (`sweep_interval`,
     /// default 10 s).
     pub sweep_interval: std::time::Duration,
+    /// Where buckets are saved and restored across restarts (`snapshot`, default none).
+    pub snapshot: Option<PathBuf>,
+    /// How often the snapshot is written while running (`snapshot_interval`, default 60 s).
+    pub snapshot_interval: std::time::Duration,
 }
 
 impl StoreSettings {
@@ -126,6 +130,8 @@ impl Default for StoreSettings {
         StoreSettings {
             max_buckets: Self::DEFAULT_MAX_BUCKETS,
             sweep_interval: Self::DEFAULT_SWEEP_INTERVAL,
+            snapshot: None,
+            snapshot_interval: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -1002,6 +1008,27 @@ impl Settings {
                 _ => diagnostics.push(source.at(
                     max.span(),
                     format!("max_buckets must be at least 1, found {}", max.get_ref()),
+                )),
+            }
+        }
+        if let Some(path) = &raw.store.snapshot {
+            match path.get_ref().trim() {
+                "" => diagnostics.push(source.at(
+                    path.span(),
+                    "snapshot is empty: name a file, or leave it out",
+                )),
+                path => self.store.snapshot = Some(PathBuf::from(path)),
+            }
+        }
+        if let Some(text) = &raw.store.snapshot_interval {
+            match super::rate::parse_duration(text.get_ref()) {
+                Some(interval) if !interval.is_zero() => self.store.snapshot_interval = interval,
+                _ => diagnostics.push(source.at(
+                    text.span(),
+                    format!(
+                        "snapshot_interval \"{}\" is not a duration like \"60s\"",
+                        text.get_ref()
+                    ),
                 )),
             }
         }

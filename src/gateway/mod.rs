@@ -237,6 +237,12 @@ impl Gateway {
             tracing::warn!("requests still in flight after the shutdown grace; cutting them off");
             aborts.iter().for_each(tokio::task::AbortHandle::abort);
         }
+        // Last, so the snapshot holds what the drained requests spent.
+        match self.limits.save_snapshot() {
+            Ok(0) => {}
+            Ok(saved) => tracing::info!(saved, "buckets saved"),
+            Err(error) => tracing::warn!(%error, "cannot write the snapshot"),
+        }
     }
 }
 

@@ -29,9 +29,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use hashbrown::HashTable;
 use parking_lot::Mutex;
 
+use super::snapshot::{self, Record};
 use super::{
-    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, RuleId, Store,
-    StoreError, TopRows,
+    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, RuleId, SnapshotError,
+    Store, StoreError, TopRows,
 };
 use crate::Quota;
 use crate::algorithm::{Algorithm, gcra, window};
@@ -535,6 +536,80 @@ impl MemoryStore {
         }
     }
 
+    /// Every bucket of a rule in `rules`, for a snapshot.
+    fn export(&self, rules: &crate::config::RuleSet) -> Vec<Record> {
+        let keys: std::collections::HashMap<RuleId, &str> = rules
+            .rules()
+            .iter()
+            .map(|rule| (rule.id(), rule.key()))
+            .collect();
+        let mut records = Vec::new();
+        for shard in &self.shards {
+            let table = shard.0.lock();
+            records.extend(table.iter().filter_map(|entry| {
+                let rule = keys.get(&entry.rule)?;
+                let (one, words) = match &entry.state {
+                    State::One { tat, interval } => (true, vec![tat[0], *interval]),
+                    State::Many(words) => (false, words.to_vec()),
+                };
+                Some(Record {
+                    rule: (*rule).to_owned(),
+                    client: entry.client.clone(),
+                    one,
+                    words,
+                })
+            }));
+        }
+        records
+    }
+
+    /// Puts snapshot buckets back under today's rules; buckets of rules that are gone, or
+    /// whose kind of bucket changed, or that have refilled meanwhile, are skipped.
+    fn import(&self, rules: &crate::config::RuleSet, records: Vec<Record>, now: u64) -> usize {
+        let mut restored = 0;
+        for record in records {
+            let Some(rule) = rules.get(&record.rule) else {
+                continue;
+            };
+            let global = matches!(
+                rule.limit(),
+                Limit::Limited {
+                    per: crate::config::Per::Global,
+                    ..
+                }
+            );
+            if !matches!(rule.limit(), Limit::Limited { .. }) || global != record.client.is_none() {
+                continue;
+            }
+            let state = if record.one {
+                State::One {
+                    tat: [record.words[0]],
+                    interval: record.words[1],
+                }
+            } else {
+                State::Many(record.words.into_boxed_slice())
+            };
+            let entry = Entry {
+                rule: rule.id(),
+                last_seen: seen_stamp(now),
+                client: record.client,
+                state,
+            };
+            if entry.refills_in(now) == 0 {
+                continue;
+            }
+            let hash = self.hasher.hash_one(entry.bucket());
+            let index = (hash >> 32) as usize & (self.shards.len() - 1);
+            let mut table = self.shards[index].0.lock();
+            if table.find(hash, |e| e.bucket() == entry.bucket()).is_none() {
+                let hasher = &self.hasher;
+                table.insert_unique(hash, entry, |e| hasher.hash_one(e.bucket()));
+                restored += 1;
+            }
+        }
+        restored
+    }
+
     /// Drops every bucket of `rules` (rules a reload removed).
     pub fn forget_rules(&self, rules: &[RuleId]) {
         if rules.is_empty() {
@@ -577,6 +652,31 @@ impl Store for MemoryStore {
 
     fn sweep(&self, now: Timestamp) -> usize {
         self.sweep_idle(now)
+    }
+
+    fn save_snapshot(
+        &self,
+        rules: &crate::config::RuleSet,
+        now: Timestamp,
+    ) -> Result<usize, SnapshotError> {
+        let Some(path) = &rules.store().snapshot else {
+            return Ok(0);
+        };
+        let records = self.export(rules);
+        snapshot::write(path, now, &records)?;
+        Ok(records.len())
+    }
+
+    fn restore_snapshot(
+        &self,
+        rules: &crate::config::RuleSet,
+        now: Timestamp,
+    ) -> Result<usize, SnapshotError> {
+        let Some(path) = &rules.store().snapshot else {
+            return Ok(0);
+        };
+        let records = snapshot::read(path)?;
+        Ok(self.import(rules, records, now.as_unix_nanos()))
     }
 
     fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {

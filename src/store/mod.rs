@@ -32,6 +32,7 @@
 
 mod inspect;
 mod memory;
+mod snapshot;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -39,6 +40,7 @@ use std::pin::Pin;
 pub(crate) use inspect::TopRows;
 pub use inspect::{BucketQuery, BucketRow, BucketSort};
 pub use memory::MemoryStore;
+pub use snapshot::SnapshotError;
 
 /// The boxed future of an occasional, administrative store call.
 pub type AdminFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send>>;
@@ -162,6 +164,27 @@ pub trait Store: Send + Sync + 'static {
     fn sweep(&self, now: Timestamp) -> usize {
         let _ = now;
         0
+    }
+
+    /// Writes the buckets to `[store] snapshot`, if set, and returns how many were written.
+    /// The default writes nothing (a shared store outlives its clients anyway).
+    fn save_snapshot(
+        &self,
+        rules: &crate::config::RuleSet,
+        now: Timestamp,
+    ) -> Result<usize, SnapshotError> {
+        let _ = (rules, now);
+        Ok(0)
+    }
+
+    /// Reads the buckets back from `[store] snapshot`, if set, at start.
+    fn restore_snapshot(
+        &self,
+        rules: &crate::config::RuleSet,
+        now: Timestamp,
+    ) -> Result<usize, SnapshotError> {
+        let _ = (rules, now);
+        Ok(0)
     }
 
     /// Lists buckets for introspection, filtered, sorted and bounded as `query` asks.

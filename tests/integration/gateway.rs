@@ -431,3 +431,25 @@ async fn an_invalid_config_at_start_up_is_an_error_naming_the_place() {
         )
     );
 }
+
+#[tokio::test]
+async fn a_restarted_gateway_remembers_who_spent_their_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("buckets.snapshot");
+    let config = format!("[store]\nsnapshot = \"{}\"\n{GENEROUS}", snapshot.display());
+    let first = start(&config, |_| {}).await;
+    let proxy = first.gateway.listen_addr();
+    for _ in 0..3 {
+        assert_eq!(get(proxy, "/login", &[]).await.status, StatusCode::OK);
+    }
+    first.gateway.shutdown().await;
+    assert!(snapshot.exists(), "graceful shutdown wrote the snapshot");
+
+    let second = start(&config, |_| {}).await;
+    let reply = get(second.gateway.listen_addr(), "/login", &[]).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the restart handed out a fresh budget"
+    );
+}

@@ -15,4 +15,5 @@ mod hyper_server;
 mod layer_http;
 mod modes;
 mod reload;
+mod snapshots;
 mod support;

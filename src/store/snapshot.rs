@@ -1,0 +1,279 @@
+//! Snapshots of the in-memory store: a restart must not hand everyone a fresh daily budget.
+//!
+//! With `[store] snapshot = "path"`, the buckets are written every `snapshot_interval` and
+//! when the limiter is told to ([`Limits::save_snapshot`](crate::Limits::save_snapshot);
+//! the gateway does it on graceful shutdown), and read back at start. Bucket state is
+//! absolute (nanoseconds since the UNIX epoch), so the time spent down refills exactly as
+//! if the process had stayed up.
+//!
+//! The format is text, one bucket per line, versioned and framed:
+//!
+//! ```text
+//! tollgate-snapshot 1 <written-at-unix-nanos> <buckets>
+//! <rule-key> <client> <layout> <word> <word> ...
+//! end <buckets>
+//! ```
+//!
+//! Rule keys are percent-encoded (the root rule is `%2F`); the client is `ip:<address>`,
+//! `key:<percent-encoded>`, `unknown` or `global`; the layout is `one` (one GCRA quota:
+//! TAT, interval) or `many` (three runs of words, as the store keeps them). Files are
+//! written to a temporary name, synced and renamed into place, so a crash leaves the old
+//! snapshot or the new one, never half of one. A file that is missing, truncated, of
+//! another version or malformed in any line is logged and ignored whole — never half-loaded
+//! and never fatal. Buckets of rules that no longer exist are skipped.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
+
+use crate::clock::Timestamp;
+use crate::key::Client;
+
+const MAGIC: &str = "tollgate-snapshot";
+const VERSION: u32 = 1;
+
+/// Characters encoded in rule keys and client keys: anything that would split a field.
+const FIELD: &AsciiSet = &CONTROLS.add(b' ').add(b'%').add(b'/');
+
+/// Why a snapshot could not be written or read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// Reading or writing the file failed.
+    #[error("snapshot {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a complete snapshot this version can read.
+    #[error("snapshot {}: line {line}: {reason}", path.display())]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// One bucket as a snapshot holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// The rule's normalised key.
+    pub(crate) rule: String,
+    /// `None` for a global bucket.
+    pub(crate) client: Option<Client<'static>>,
+    /// `true`: `[tat, interval]`; `false`: three runs of `n` words.
+    pub(crate) one: bool,
+    pub(crate) words: Vec<u64>,
+}
+
+/// Writes `records` to `path` atomically (temporary file, sync, rename).
+pub(crate) fn write(path: &Path, now: Timestamp, records: &[Record]) -> Result<(), SnapshotError> {
+    let io = |source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut text = String::with_capacity(64 + records.len() * 48);
+    let _ = writeln!(
+        text,
+        "{MAGIC} {VERSION} {} {}",
+        now.as_unix_nanos(),
+        records.len()
+    );
+    for record in records {
+        let rule = if record.rule.is_empty() {
+            "%2F".to_owned()
+        } else {
+            utf8_percent_encode(&record.rule, FIELD).to_string()
+        };
+        let client = match &record.client {
+            None => "global".to_owned(),
+            Some(Client::Ip(address)) => format!("ip:{address}"),
+            Some(Client::Key(key)) => format!("key:{}", utf8_percent_encode(key, FIELD)),
+            Some(_) => "unknown".to_owned(),
+        };
+        let layout = if record.one { "one" } else { "many" };
+        let _ = write!(text, "{rule} {client} {layout}");
+        for word in &record.words {
+            let _ = write!(text, " {word}");
+        }
+        text.push('\n');
+    }
+    let _ = writeln!(text, "end {}", records.len());
+
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    let temporary = PathBuf::from(temporary);
+    let mut file = std::fs::File::create(&temporary).map_err(io)?;
+    file.write_all(text.as_bytes()).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    std::fs::rename(&temporary, path).map_err(io)?;
+    Ok(())
+}
+
+/// Reads a whole snapshot, or nothing.
+pub(crate) fn read(path: &Path) -> Result<Vec<Record>, SnapshotError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let malformed = |line: usize, reason: &str| SnapshotError::Malformed {
+        path: path.to_path_buf(),
+        line,
+        reason: reason.to_owned(),
+    };
+    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
+    let (_, header) = lines.next().ok_or_else(|| malformed(1, "empty file"))?;
+    let fields: Vec<&str> = header.split(' ').collect();
+    let [magic, version, _written, count] = fields[..] else {
+        return Err(malformed(1, "not a tollgate snapshot header"));
+    };
+    if magic != MAGIC {
+        return Err(malformed(1, "not a tollgate snapshot"));
+    }
+    if version != VERSION.to_string() {
+        return Err(malformed(
+            1,
+            &format!("version {version}, this build reads version {VERSION}"),
+        ));
+    }
+    let count: usize = count
+        .parse()
+        .map_err(|_| malformed(1, "bad bucket count"))?;
+    let mut records = Vec::with_capacity(count.min(1 << 24));
+    for (number, line) in lines {
+        if let Some(end) = line.strip_prefix("end ") {
+            if end.parse::<usize>().ok() != Some(count) || records.len() != count {
+                return Err(malformed(number, "bucket count does not match the header"));
+            }
+            return Ok(records);
+        }
+        records.push(parse_record(line).ok_or_else(|| malformed(number, "malformed bucket"))?);
+    }
+    Err(malformed(text.lines().count(), "truncated: no end line"))
+}
+
+fn parse_record(line: &str) -> Option<Record> {
+    let mut fields = line.split(' ');
+    let rule = percent_decode_str(fields.next()?).decode_utf8().ok()?;
+    let rule = if rule == "/" {
+        String::new()
+    } else {
+        rule.into_owned()
+    };
+    let client = match fields.next()? {
+        "global" => None,
+        "unknown" => Some(Client::Unknown),
+        other => {
+            if let Some(address) = other.strip_prefix("ip:") {
+                Some(Client::Ip(address.parse::<IpAddr>().ok()?))
+            } else {
+                let key = percent_decode_str(other.strip_prefix("key:")?)
+                    .decode_utf8()
+                    .ok()?;
+                Some(Client::Key(key.into_owned().into()))
+            }
+        }
+    };
+    let one = match fields.next()? {
+        "one" => true,
+        "many" => false,
+        _ => return None,
+    };
+    let words: Vec<u64> = fields.map(|w| w.parse().ok()).collect::<Option<_>>()?;
+    let shape_ok = if one {
+        words.len() == 2
+    } else {
+        !words.is_empty() && words.len() % 3 == 0
+    };
+    shape_ok.then_some(Record {
+        rule,
+        client,
+        one,
+        words,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Record> {
+        vec![
+            Record {
+                rule: "".into(),
+                client: Some(Client::Ip("192.0.2.1".parse().unwrap())),
+                one: true,
+                words: vec![5, 6],
+            },
+            Record {
+                rule: "api/a b".into(),
+                client: Some(Client::Key("k/1%".to_owned().into())),
+                one: false,
+                words: vec![1, 2, 3],
+            },
+            Record {
+                rule: "export".into(),
+                client: None,
+                one: true,
+                words: vec![7, 8],
+            },
+            Record {
+                rule: "x".into(),
+                client: Some(Client::Unknown),
+                one: true,
+                words: vec![9, 10],
+            },
+        ]
+    }
+
+    #[test]
+    fn round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("buckets.snapshot");
+        write(&path, Timestamp::from_unix_nanos(42), &sample()).unwrap();
+        assert_eq!(read(&path).unwrap(), sample());
+        assert!(!dir.path().join("buckets.snapshot.tmp").exists());
+    }
+
+    #[test]
+    fn anything_less_than_a_whole_snapshot_is_refused_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("buckets.snapshot");
+        write(&path, Timestamp::from_unix_nanos(42), &sample()).unwrap();
+        let whole = std::fs::read_to_string(&path).unwrap();
+        let cases = [
+            (
+                whole.lines().take(3).map(|l| format!("{l}\n")).collect(),
+                "truncated",
+            ),
+            (whole[..whole.len() / 2].to_owned(), "malformed"),
+            (whole.replace("end 4", "end 3"), "does not match"),
+            (whole.replace(" 1 42 ", " 2 42 "), "version 2"),
+            (
+                whole.replace("ip:192.0.2.1", "ip:nonsense"),
+                "line 2: malformed",
+            ),
+            (whole.replace("many 1 2 3", "many 1 2"), "line 3: malformed"),
+            (String::new(), "empty"),
+            ("GIF89a".to_owned(), "not a tollgate snapshot"),
+        ];
+        for (text, expected) in cases {
+            std::fs::write(&path, &text).unwrap();
+            let error = read(&path).unwrap_err().to_string();
+            assert!(error.contains(expected), "{text:?} gave {error}");
+        }
+        assert!(matches!(
+            read(&dir.path().join("missing")),
+            Err(SnapshotError::Io { .. })
+        ));
+    }
+}

@@ -1,0 +1,113 @@
+//! Snapshots (SPEC §6): a restart must not hand everyone a fresh daily budget.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tollgate::Limits;
+use tollgate::clock::FakeClock;
+
+use crate::support::now_or_never;
+
+fn config(snapshot: &Path, extra: &str) -> String {
+    format!(
+        "[store]\nsnapshot = \"{}\"\n[limits]\n\"reports\" = \"3/d\"\nlogin = \"2/min\"\n{extra}",
+        snapshot.display()
+    )
+}
+
+fn start(config: &str, clock: &FakeClock) -> Limits {
+    Limits::builder()
+        .clock(clock.clone())
+        .from_toml(config)
+        .unwrap()
+}
+
+fn allowed(limits: &Limits, key: &str) -> bool {
+    now_or_never(limits.check(key, 1)).unwrap().allowed()
+}
+
+#[test]
+fn an_exhausted_client_is_still_exhausted_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("buckets.snapshot");
+    let config = config(&snapshot, "");
+    let clock = FakeClock::new();
+    let before = start(&config, &clock);
+    for _ in 0..3 {
+        assert!(allowed(&before, "reports/tenant-7"));
+    }
+    assert!(!allowed(&before, "reports/tenant-7"));
+    assert!(allowed(&before, "login/alice"));
+    assert_eq!(before.save_snapshot().unwrap(), 2);
+    drop(before);
+
+    // Down for a minute: the daily budget is still spent; login (2/min) has refilled.
+    let after_clock = FakeClock::new();
+    after_clock.advance(Duration::from_secs(60));
+    let after = start(&config, &after_clock);
+    assert!(
+        !allowed(&after, "reports/tenant-7"),
+        "a restart handed out a fresh daily budget"
+    );
+    let state = now_or_never(after.peek("reports/tenant-7")).unwrap();
+    // 3/d: one token every 8 h; 8 h from the first report, minus the minute spent down.
+    assert_eq!(state.retry_after(), Duration::from_secs(8 * 3600 - 60));
+    assert_eq!(
+        after.store().len(),
+        1,
+        "login/alice had refilled and was not restored"
+    );
+}
+
+#[test]
+fn a_damaged_or_missing_snapshot_is_ignored_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("buckets.snapshot");
+    let config = config(&snapshot, "");
+    let clock = FakeClock::new();
+    // Missing: a fresh start.
+    let limits = start(&config, &clock);
+    assert!(allowed(&limits, "reports/a"));
+    assert!(allowed(&limits, "reports/b"));
+    limits.save_snapshot().unwrap();
+    let whole = std::fs::read_to_string(&snapshot).unwrap();
+    for damaged in [
+        &whole[..whole.len() - 8],
+        "tollgate-snapshot 9 0 0\nend 0\n",
+        "\u{0}\u{1}garbage",
+    ] {
+        std::fs::write(&snapshot, damaged).unwrap();
+        let restarted = start(&config, &clock);
+        assert!(
+            restarted.store().is_empty(),
+            "nothing half-loaded from {damaged:?}"
+        );
+        assert!(allowed(&restarted, "reports/a"));
+    }
+}
+
+#[test]
+fn buckets_of_rules_that_are_gone_are_not_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("buckets.snapshot");
+    let clock = FakeClock::new();
+    let with_extra = start(&config(&snapshot, "legacy = \"1/d\"\n"), &clock);
+    assert!(allowed(&with_extra, "legacy/x"));
+    assert!(allowed(&with_extra, "reports/x"));
+    assert_eq!(with_extra.save_snapshot().unwrap(), 2);
+    let without = start(&config(&snapshot, ""), &clock);
+    assert_eq!(without.store().len(), 1);
+}
+
+#[test]
+fn an_unwritable_snapshot_is_an_error_not_a_crash() {
+    let config = config(Path::new("/nonexistent-dir/buckets.snapshot"), "");
+    let limits = start(&config, &FakeClock::new());
+    assert!(allowed(&limits, "reports/a"));
+    let error = limits.save_snapshot().unwrap_err().to_string();
+    assert!(
+        error.contains("/nonexistent-dir/buckets.snapshot"),
+        "{error}"
+    );
+    assert!(allowed(&limits, "reports/a"), "the limiter carries on");
+}
