@@ -81,13 +81,7 @@ fn seen_stamp(now: u64) -> u32 {
 impl Entry {
     /// Time until this bucket has refilled completely (0: it is as good as new).
     fn refills_in(&self, now: u64) -> u64 {
-        let (a, b, tags): (&[u64], &[u64], &[u64]) = match &self.state {
-            State::One { tat, interval } => (tat, &[0], std::slice::from_ref(interval)),
-            State::Many(words) => {
-                let n = words.len() / 3;
-                (&words[..n], &words[n..2 * n], &words[2 * n..])
-            }
-        };
+        let (a, b, tags) = self.state.runs();
         a.iter()
             .zip(b)
             .zip(tags)
@@ -188,11 +182,20 @@ impl State {
         }
     }
 
-    fn tags(&self) -> &[u64] {
+    /// The three runs of words: first words (GCRA: TATs), second words (window counts),
+    /// tags. A single inline GCRA quota has no second word; it reads as 0.
+    fn runs(&self) -> (&[u64], &[u64], &[u64]) {
         match self {
-            State::One { interval, .. } => std::slice::from_ref(interval),
-            State::Many(words) => &words[2 * (words.len() / 3)..],
+            State::One { tat, interval } => (tat, &[0], std::slice::from_ref(interval)),
+            State::Many(words) => {
+                let n = words.len() / 3;
+                (&words[..n], &words[n..2 * n], &words[2 * n..])
+            }
         }
+    }
+
+    fn tags(&self) -> &[u64] {
+        self.runs().2
     }
 
     /// Whether this state was measured by exactly `algorithm` over `quotas`.
@@ -207,13 +210,7 @@ impl State {
 
     /// Units used per quota as of `now`, whatever measured them.
     fn used(&self, now: u64) -> Vec<(u64, f64)> {
-        let (a, b, tags): (&[u64], &[u64], &[u64]) = match self {
-            State::One { tat, interval } => (tat, &[0], std::slice::from_ref(interval)),
-            State::Many(words) => {
-                let n = words.len() / 3;
-                (&words[..n], &words[n..2 * n], &words[2 * n..])
-            }
-        };
+        let (a, b, tags) = self.runs();
         a.iter()
             .zip(b)
             .zip(tags)
