@@ -72,6 +72,7 @@ fn decision(c: &mut Criterion) {
     for (rules, clients) in [
         (10, 1),
         (10_000, 1),
+        (10, 1_000),
         (10, 100_000),
         (10_000, 100_000),
         (10, 1_000_000),
@@ -99,7 +100,7 @@ fn decision(c: &mut Criterion) {
 fn governor_reference(c: &mut Criterion) {
     let mut group = c.benchmark_group("governor");
     let quota = governor::Quota::per_second(std::num::NonZeroU32::new(1_000_000).unwrap());
-    for clients in [1u32, 100_000, 1_000_000] {
+    for clients in [1u32, 1_000, 100_000, 1_000_000] {
         let limiter = RateLimiter::keyed(quota);
         for i in 0..clients {
             let _ = limiter.check_key(&client(i));

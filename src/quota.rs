@@ -19,7 +19,11 @@
 
 use std::fmt;
 use std::num::NonZeroU32;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 
 use crate::clock::duration_nanos;
 use crate::config::Rate;
@@ -32,6 +36,8 @@ pub struct Quota {
     interval: u64,
     capacity: u64,
     period: u64,
+    /// `interval` as a small number, so a compact bucket can name it in 4 bytes.
+    interval_id: Option<IntervalId>,
 }
 
 impl Quota {
@@ -47,6 +53,7 @@ impl Quota {
             interval,
             capacity,
             period,
+            interval_id: IntervalId::intern(interval),
         })
     }
 
@@ -87,6 +94,75 @@ impl Quota {
 
     pub(crate) fn period_nanos(&self) -> u64 {
         self.period
+    }
+
+    /// The interval's number, if the process has room to name it (see [`IntervalId`]).
+    pub(crate) fn interval_id(&self) -> Option<IntervalId> {
+        self.interval_id
+    }
+}
+
+/// A refill interval named by a 4-byte number, the same for the life of the process.
+///
+/// The in-memory store keeps the most common bucket (one GCRA quota, an IPv4 client) in 24
+/// bytes; the interval it was measured in is part of that state (a reload that changes the
+/// rate is detected by comparing it), and 8 bytes of nanoseconds would not fit. Intervals
+/// are named when a [`Quota`] is made, at configuration time, never on the request path.
+/// Configurations hold a handful of distinct intervals; past [`IntervalId::MAX_NAMED`] of
+/// them (a program minting quotas from untrusted input, say), new quotas get no number and
+/// their buckets take the general, larger layout: nothing is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct IntervalId(u32);
+
+/// Every interval named so far: a number is an index. Read without locking (the store
+/// reads it while holding a shard); written, rarely, by copying.
+static INTERVALS: LazyLock<ArcSwap<Vec<u64>>> = LazyLock::new(ArcSwap::default);
+/// Serialises the writers of [`INTERVALS`].
+static NAMING: Mutex<()> = Mutex::new(());
+
+impl IntervalId {
+    /// How many distinct intervals one process names.
+    pub(crate) const MAX_NAMED: usize = 4096;
+
+    /// The number for `interval`, named now if it is new; `None` once
+    /// [`MAX_NAMED`](Self::MAX_NAMED) intervals have numbers.
+    pub(crate) fn intern(interval: u64) -> Option<IntervalId> {
+        let find = |named: &[u64]| {
+            let index = named.iter().position(|&n| n == interval)?;
+            Some(IntervalId(u32::try_from(index).ok()?))
+        };
+        if let Some(id) = find(&INTERVALS.load()) {
+            return Some(id);
+        }
+        let _writer = NAMING.lock();
+        let named = INTERVALS.load_full();
+        if let Some(id) = find(&named) {
+            return Some(id);
+        }
+        if named.len() >= Self::MAX_NAMED {
+            return None;
+        }
+        let id = IntervalId(u32::try_from(named.len()).ok()?);
+        let mut more = Vec::with_capacity(named.len() + 1);
+        more.extend_from_slice(&named);
+        more.push(interval);
+        INTERVALS.store(Arc::new(more));
+        Some(id)
+    }
+
+    /// The number itself, for packing.
+    pub(crate) fn get(self) -> u32 {
+        self.0
+    }
+
+    /// The id behind a packed number.
+    pub(crate) fn from_raw(raw: u32) -> IntervalId {
+        IntervalId(raw)
+    }
+
+    /// The interval this number names, in nanoseconds (0 for a number never handed out).
+    pub(crate) fn nanos(self) -> u64 {
+        INTERVALS.load().get(self.0 as usize).copied().unwrap_or(0)
     }
 }
 

@@ -1,8 +1,9 @@
 //! Buckets in this process's memory: the default store (SPEC §6).
 //!
-//! A fixed number of shards, each a mutex around a `hashbrown` table. A request locks one
-//! shard for the few nanoseconds of arithmetic; lookups use the borrowed key, so a client
-//! already seen costs no allocation. Hashing is seeded per store (foldhash's quality
+//! A fixed number of shards, each a mutex around two `hashbrown` tables (see [`tables`]:
+//! 24 bytes for a one-quota GCRA bucket of an IPv4 client, the general layout for the
+//! rest). A request locks one shard for the few nanoseconds of arithmetic; lookups use the
+//! borrowed key, so a client already seen costs no allocation. Hashing is seeded per store (foldhash's quality
 //! variant), so clients cannot aim their keys at one chain.
 //!
 //! A bucket is only stored once it has taken tokens: a full bucket and a missing one are
@@ -26,7 +27,6 @@ use std::future::{Ready, ready};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use hashbrown::HashTable;
 use parking_lot::Mutex;
 
 use super::snapshot::{self, Record};
@@ -34,12 +34,18 @@ use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, RuleId, SnapshotError,
     Store, StoreError, TopRows,
 };
-use crate::Quota;
-use crate::algorithm::{Algorithm, gcra, window};
+use crate::algorithm::{Algorithm, gcra};
 use crate::clock::Timestamp;
 use crate::config::Limit;
 use crate::decision::Decision;
 use crate::key::Client;
+use crate::quota::IntervalId;
+
+mod state;
+mod tables;
+
+use state::State;
+use tables::{Compact, Entry, SEEN_SHIFT, Tables, compact_ip, seen_stamp};
 
 /// The in-memory bucket store.
 ///
@@ -60,277 +66,7 @@ pub struct MemoryStore {
 
 /// One lock's worth of buckets, on its own cache lines so shards do not contend.
 #[repr(align(128))]
-struct Shard(Mutex<HashTable<Entry>>);
-
-struct Entry {
-    rule: RuleId,
-    /// When the bucket last took tokens, in units of 2^30 ns (about a second): a shift,
-    /// not a division, on the request path, and it packs beside `rule` for free.
-    last_seen: u32,
-    client: Option<Client<'static>>,
-    state: State,
-}
-
-/// Nanoseconds per `last_seen` unit, as a shift.
-const SEEN_SHIFT: u32 = 30;
-
-fn seen_stamp(now: u64) -> u32 {
-    u32::try_from(now >> SEEN_SHIFT).unwrap_or(u32::MAX)
-}
-
-impl Entry {
-    /// Time until this bucket has refilled completely (0: it is as good as new).
-    fn refills_in(&self, now: u64) -> u64 {
-        let (a, b, tags) = self.state.runs();
-        a.iter()
-            .zip(b)
-            .zip(tags)
-            .map(|((&a, &b), &tag)| {
-                let period = tag & !(SLIDING_BIT | FIXED_BIT);
-                if tag & SLIDING_BIT != 0 {
-                    // A window's counts stop mattering two windows after it began.
-                    if b == 0 {
-                        0
-                    } else {
-                        a.saturating_add(2 * period).saturating_sub(now)
-                    }
-                } else if tag & FIXED_BIT != 0 {
-                    if b & u64::from(u32::MAX) == 0 {
-                        0
-                    } else {
-                        a.saturating_add(period).saturating_sub(now)
-                    }
-                } else {
-                    a.saturating_sub(now)
-                }
-            })
-            .max()
-            .unwrap_or(0)
-    }
-
-    fn bucket(&self) -> BucketRef<'_> {
-        BucketRef {
-            rule: self.rule,
-            client: self.client.as_ref(),
-        }
-    }
-}
-
-/// A bucket's state, self-describing so a reload that changes its rule can be detected and
-/// carried over: each quota's state is tagged with what measured it.
-///
-/// - `One`: a single GCRA quota, inline: its TAT and its interval (the tag).
-/// - `Many`: `n` quotas of any algorithm as three runs of `n` words: `a` (GCRA: TAT;
-///   windows: window start), `b` (windows: previous count << 32 | current count), and the
-///   tag (GCRA: interval; windows: period with a kind bit).
-#[derive(Clone)]
-enum State {
-    One { tat: [u64; 1], interval: u64 },
-    Many(Box<[u64]>),
-}
-
-const SLIDING_BIT: u64 = 1 << 63;
-const FIXED_BIT: u64 = 1 << 62;
-
-fn tag(algorithm: Algorithm, quota: &Quota) -> u64 {
-    match algorithm {
-        Algorithm::Gcra => quota.interval_nanos(),
-        Algorithm::SlidingWindow => quota.period_nanos() | SLIDING_BIT,
-        Algorithm::FixedWindow => quota.period_nanos() | FIXED_BIT,
-    }
-}
-
-fn unpack(start: u64, counts: u64) -> window::Counter {
-    window::Counter {
-        start,
-        previous: counts >> 32,
-        current: counts & u64::from(u32::MAX),
-    }
-}
-
-fn pack(counter: &window::Counter) -> u64 {
-    let clamp = |n: u64| n.min(u64::from(u32::MAX));
-    (clamp(counter.previous) << 32) | clamp(counter.current)
-}
-
-impl State {
-    fn fresh(algorithm: Algorithm, quotas: &[Quota]) -> State {
-        match (algorithm, quotas) {
-            (Algorithm::Gcra, [quota]) => State::One {
-                tat: [0],
-                interval: quota.interval_nanos(),
-            },
-            _ => {
-                let n = quotas.len();
-                let mut words = vec![0; 3 * n].into_boxed_slice();
-                for (slot, quota) in words[2 * n..].iter_mut().zip(quotas) {
-                    *slot = tag(algorithm, quota);
-                }
-                State::Many(words)
-            }
-        }
-    }
-
-    /// The first word of each quota (GCRA: its TAT).
-    fn tats(&mut self) -> &mut [u64] {
-        match self {
-            State::One { tat, .. } => tat,
-            State::Many(words) => {
-                let n = words.len() / 3;
-                &mut words[..n]
-            }
-        }
-    }
-
-    /// The three runs of words: first words (GCRA: TATs), second words (window counts),
-    /// tags. A single inline GCRA quota has no second word; it reads as 0.
-    fn runs(&self) -> (&[u64], &[u64], &[u64]) {
-        match self {
-            State::One { tat, interval } => (tat, &[0], std::slice::from_ref(interval)),
-            State::Many(words) => {
-                let n = words.len() / 3;
-                (&words[..n], &words[n..2 * n], &words[2 * n..])
-            }
-        }
-    }
-
-    fn tags(&self) -> &[u64] {
-        self.runs().2
-    }
-
-    /// Whether this state was measured by exactly `algorithm` over `quotas`.
-    fn fits(&self, algorithm: Algorithm, quotas: &[Quota]) -> bool {
-        let tags = self.tags();
-        tags.len() == quotas.len()
-            && tags
-                .iter()
-                .zip(quotas)
-                .all(|(&t, q)| t == tag(algorithm, q))
-    }
-
-    /// Units used per quota as of `now`, whatever measured them.
-    fn used(&self, now: u64) -> Vec<(u64, f64)> {
-        let (a, b, tags) = self.runs();
-        a.iter()
-            .zip(b)
-            .zip(tags)
-            .map(|((&a, &b), &tag)| {
-                let measure = tag & !(SLIDING_BIT | FIXED_BIT);
-                let used = if tag & (SLIDING_BIT | FIXED_BIT) == 0 {
-                    a.saturating_sub(now) as f64 / measure.max(1) as f64
-                } else {
-                    let counter = unpack(a, b);
-                    let window = now - now % measure.max(1);
-                    if window == counter.start {
-                        let weight = if tag & SLIDING_BIT != 0 {
-                            (measure - (now - window)) as f64 / measure as f64
-                        } else {
-                            0.0
-                        };
-                        counter.previous as f64 * weight + counter.current as f64
-                    } else if tag & SLIDING_BIT != 0 && window == counter.start + measure {
-                        counter.current as f64 * (measure - (now - window)) as f64 / measure as f64
-                    } else {
-                        0.0
-                    }
-                };
-                (tag, used)
-            })
-            .collect()
-    }
-
-    /// The same consumption, re-expressed for `algorithm` over `quotas` (after a reload
-    /// changed them): units used stay used. A GCRA bucket whose rates changed keeps the
-    /// exact integer arithmetic of [`gcra::carry_over`].
-    fn carried_over(&self, algorithm: Algorithm, quotas: &[Quota], now: u64) -> State {
-        let mut next = State::fresh(algorithm, quotas);
-        let all_gcra = self
-            .tags()
-            .iter()
-            .all(|t| t & (SLIDING_BIT | FIXED_BIT) == 0);
-        if algorithm == Algorithm::Gcra && all_gcra {
-            let old_tags = self.tags().to_vec();
-            let mut old = self.clone();
-            gcra::carry_over(old.tats(), &old_tags, quotas, now, next.tats());
-            return next;
-        }
-        let used = self.used(now);
-        let n = quotas.len();
-        for (index, quota) in quotas.iter().enumerate() {
-            // Across algorithms, quota i inherits from old quota i (or the last one).
-            let Some(&(_, units)) = used.get(index).or(used.last()) else {
-                continue;
-            };
-            if units <= 0.0 {
-                continue;
-            }
-            match (&mut next, algorithm) {
-                (State::One { tat, .. }, _) => {
-                    tat[0] = now.saturating_add((units * quota.interval_nanos() as f64) as u64);
-                }
-                (State::Many(words), Algorithm::Gcra) => {
-                    words[index] =
-                        now.saturating_add((units * quota.interval_nanos() as f64) as u64);
-                }
-                (State::Many(words), _) => {
-                    let period = quota.period_nanos();
-                    let counter = window::Counter {
-                        start: now - now % period,
-                        previous: 0,
-                        current: units.ceil() as u64,
-                    };
-                    words[index] = counter.start;
-                    words[n + index] = pack(&counter);
-                }
-            }
-        }
-        next
-    }
-
-    /// Decides against this state.
-    fn decide(&mut self, request: &CheckRequest<'_>, now: u64) -> Decision {
-        let quotas = request.quotas;
-        match request.algorithm {
-            Algorithm::Gcra => gcra::decide(
-                self.tats(),
-                quotas,
-                request.cost,
-                now,
-                request.mode,
-                request.strict,
-            ),
-            algorithm => {
-                let kind = if algorithm == Algorithm::FixedWindow {
-                    window::Kind::Fixed
-                } else {
-                    window::Kind::Sliding
-                };
-                let State::Many(words) = self else {
-                    return Decision::unlimited();
-                };
-                let n = words.len() / 3;
-                let mut buffer = [window::Counter::default(); 4];
-                let mut spill = Vec::new();
-                let counters: &mut [window::Counter] = if n <= buffer.len() {
-                    &mut buffer[..n]
-                } else {
-                    spill.resize(n, window::Counter::default());
-                    &mut spill
-                };
-                for (i, counter) in counters.iter_mut().enumerate() {
-                    *counter = unpack(words[i], words[n + i]);
-                }
-                let decision =
-                    window::decide(kind, counters, quotas, request.cost, now, request.mode);
-                for (i, counter) in counters.iter().enumerate() {
-                    words[i] = counter.start;
-                    words[n + i] = pack(counter);
-                }
-                decision
-            }
-        }
-    }
-}
+struct Shard(Mutex<Tables>);
 
 impl MemoryStore {
     /// An empty store with a shard count suited to this machine.
@@ -339,7 +75,7 @@ impl MemoryStore {
         let shards = (threads * 4).next_power_of_two().clamp(4, 256);
         let store = MemoryStore {
             shards: (0..shards)
-                .map(|_| Shard(Mutex::new(HashTable::new())))
+                .map(|_| Shard(Mutex::new(Tables::default())))
                 .collect(),
             hasher: foldhash::quality::RandomState::default(),
             shard_cap: AtomicUsize::new(usize::MAX),
@@ -367,31 +103,31 @@ impl MemoryStore {
         self.shards
             .iter()
             .map(|shard| {
-                let mut table = shard.0.lock();
-                let before = table.len();
-                table.retain(|entry| entry.refills_in(now) > 0);
-                before - table.len()
+                let mut tables = shard.0.lock();
+                let before = tables.len();
+                tables.retain(now, |_, refills_in| refills_in > 0);
+                before - tables.len()
             })
             .sum()
     }
 
     /// Makes room in a full shard: refilled buckets first, then the closest to full.
-    fn make_room(&self, table: &mut HashTable<Entry>, now: u64) {
+    fn make_room(&self, tables: &mut Tables, now: u64) {
         let cap = self.shard_cap.load(Ordering::Relaxed);
-        if table.len() < cap {
+        if tables.len() < cap {
             return;
         }
-        table.retain(|entry| entry.refills_in(now) > 0);
-        if table.len() < cap {
+        tables.retain(now, |_, refills_in| refills_in > 0);
+        if tables.len() < cap {
             return;
         }
         // A batch at a time, so the scan is paid once per cap/16 inserts.
-        let evict = (cap / 16).max(table.len() + 1 - cap).max(1);
-        let mut refills: Vec<u64> = table.iter().map(|entry| entry.refills_in(now)).collect();
+        let evict = (cap / 16).max(tables.len() + 1 - cap).max(1);
+        let mut refills = tables.refills(now);
         let threshold = *refills.select_nth_unstable(evict - 1).1;
         let mut evicted = 0;
-        table.retain(|entry| {
-            if evicted < evict && entry.refills_in(now) <= threshold {
+        tables.retain(now, |_, refills_in| {
+            if evicted < evict && refills_in <= threshold {
                 evicted += 1;
                 false
             } else {
@@ -415,33 +151,69 @@ impl MemoryStore {
     /// Decides synchronously; what [`Store::check`] wraps in a ready future.
     pub fn decide(&self, request: CheckRequest<'_>) -> Decision {
         let hash = self.hasher.hash_one(request.bucket);
-        // The table uses the low bits and the top seven; pick the shard from the middle.
-        let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        let mut table = self.shards[index].0.lock();
+        let mut tables = self.shard(hash).lock();
         let now = request.now.as_unix_nanos();
-        let (algorithm, quotas) = (request.algorithm, request.quotas);
-        let writes = request.mode != CheckMode::Peek;
-        if let Some(entry) = table.find_mut(hash, |entry| entry.bucket() == request.bucket) {
-            if !entry.state.fits(algorithm, quotas) {
-                let mut carried = entry.state.carried_over(algorithm, quotas, now);
-                if !writes {
-                    return carried.decide(&request, now);
-                }
-                entry.state = carried;
+        let rule = request.bucket.rule;
+        let ip = compact_ip(request.bucket);
+        let compact_interval = match (request.algorithm, request.quotas, ip) {
+            (Algorithm::Gcra, [quota], Some(_)) => quota.interval_id(),
+            _ => None,
+        };
+        if let (Some(ip), Some(interval)) = (ip, compact_interval) {
+            if let Some(compact) = tables.compact.find_mut(hash, |c| c.is(rule, ip)) {
+                return decide_compact(compact, &request, interval, now);
             }
-            if writes {
-                entry.last_seen = seen_stamp(now);
-            }
-            // A peek changes nothing: neither engine writes in `Peek` mode.
-            return entry.state.decide(&request, now);
         }
-        let mut state = State::fresh(algorithm, quotas);
+        if let Some(entry) = tables
+            .general
+            .find_mut(hash, |entry| entry.bucket() == request.bucket)
+        {
+            return decide_general(entry, &request, now);
+        }
+        // A compact bucket whose rule no longer fits that layout moves to the general one.
+        if let (Some(ip), None) = (ip, compact_interval) {
+            if let Ok(found) = tables.compact.find_entry(hash, |c| c.is(rule, ip)) {
+                let (compact, _) = found.remove();
+                let hasher = &self.hasher;
+                let entry = tables
+                    .general
+                    .insert_unique(hash, compact.to_entry(), |e| hasher.hash_one(e.bucket()))
+                    .into_mut();
+                return decide_general(entry, &request, now);
+            }
+        }
+        // A new bucket. A full bucket and a missing one are the same: store only what took
+        // something (or what strict mode held back).
+        let keep = |decision: &Decision| {
+            request.mode.takes(decision.allowed())
+                || (request.strict && request.mode != CheckMode::Peek)
+        };
+        if let (Some(ip), Some(interval)) = (ip, compact_interval) {
+            let mut tat = [0];
+            let decision = gcra::decide(
+                &mut tat,
+                request.quotas,
+                request.cost,
+                now,
+                request.mode,
+                request.strict,
+            );
+            if keep(&decision) {
+                self.make_room(&mut tables, now);
+                let hasher = &self.hasher;
+                tables.compact.insert_unique(
+                    hash,
+                    Compact::new(rule, ip, interval, tat[0], now),
+                    |c| hash_compact(hasher, c),
+                );
+            }
+            return decision;
+        }
+        let mut state = State::fresh(request.algorithm, request.quotas);
         let decision = state.decide(&request, now);
-        // A full bucket and a missing one are the same: store only what took something.
-        let took = request.mode.takes(decision.allowed());
-        if took || (request.strict && writes) {
+        if keep(&decision) {
             let entry = Entry {
-                rule: request.bucket.rule,
+                rule,
                 last_seen: seen_stamp(now),
                 client: request
                     .bucket
@@ -449,12 +221,76 @@ impl MemoryStore {
                     .map(|client| client.clone().into_owned()),
                 state,
             };
-            self.make_room(&mut table, now);
+            self.make_room(&mut tables, now);
             let hasher = &self.hasher;
-            table.insert_unique(hash, entry, |entry| hasher.hash_one(entry.bucket()));
+            tables
+                .general
+                .insert_unique(hash, entry, |entry| hasher.hash_one(entry.bucket()));
         }
         decision
     }
+
+    /// The shard a bucket hashing to `hash` lives in.
+    fn shard(&self, hash: u64) -> &Mutex<Tables> {
+        // The tables use the low bits and the top seven; pick the shard from the middle.
+        let index = (hash >> 32) as usize & (self.shards.len() - 1);
+        &self.shards[index].0
+    }
+}
+
+/// The hash a compact bucket is filed under: the same as its [`BucketRef`]'s.
+fn hash_compact(hasher: &foldhash::quality::RandomState, compact: &Compact) -> u64 {
+    let client = compact.client();
+    hasher.hash_one(BucketRef {
+        rule: compact.rule,
+        client: Some(&client),
+    })
+}
+
+/// Decides against a stored compact bucket, carrying its TAT over if the rate changed.
+fn decide_compact(
+    compact: &mut Compact,
+    request: &CheckRequest<'_>,
+    interval: IntervalId,
+    now: u64,
+) -> Decision {
+    let mut tat = [compact.tat];
+    if compact.interval() != interval {
+        let old = [compact.interval().nanos()];
+        gcra::carry_over(&[compact.tat], &old, request.quotas, now, &mut tat);
+    }
+    let decision = gcra::decide(
+        &mut tat,
+        request.quotas,
+        request.cost,
+        now,
+        request.mode,
+        request.strict,
+    );
+    // A peek changes nothing, not even the interval a bucket is measured in.
+    if request.mode != CheckMode::Peek {
+        compact.update(tat[0], interval, now);
+    }
+    decision
+}
+
+/// Decides against a stored general bucket, carrying its state over if its rule changed.
+fn decide_general(entry: &mut Entry, request: &CheckRequest<'_>, now: u64) -> Decision {
+    let writes = request.mode != CheckMode::Peek;
+    if !entry.state.fits(request.algorithm, request.quotas) {
+        let mut carried = entry
+            .state
+            .carried_over(request.algorithm, request.quotas, now);
+        if !writes {
+            return carried.decide(request, now);
+        }
+        entry.state = carried;
+    }
+    if writes {
+        entry.last_seen = seen_stamp(now);
+    }
+    // A peek changes nothing: neither engine writes in `Peek` mode.
+    entry.state.decide(request, now)
 }
 
 impl MemoryStore {
@@ -470,21 +306,20 @@ impl MemoryStore {
         let mut top = TopRows::new(query.sort, query.limit);
         let mut key = String::new();
         for shard in &self.shards {
-            let table = shard.0.lock();
-            for entry in table.iter() {
+            shard.0.lock().for_each(|entry| {
                 let Some(rule) = rules.get(&entry.rule) else {
-                    continue; // a rule being removed
+                    return; // a rule being removed
                 };
                 let Limit::Limited {
                     quotas, algorithm, ..
                 } = rule.limit()
                 else {
-                    continue;
+                    return;
                 };
                 key.clear();
                 rule.write_bucket_key(&mut key, entry.client.as_ref().unwrap_or(&Client::Unknown));
                 if !key.starts_with(query.prefix.as_str()) {
-                    continue;
+                    return;
                 }
                 let mut state = if entry.state.fits(*algorithm, quotas) {
                     entry.state.clone()
@@ -504,7 +339,7 @@ impl MemoryStore {
                 let capacity = decision.limit().max(1);
                 let fraction = decision.remaining() as f64 / capacity as f64;
                 if query.max_fraction.is_some_and(|max| fraction > max) {
-                    continue;
+                    return;
                 }
                 top.offer(BucketRow {
                     key: key.clone(),
@@ -514,7 +349,7 @@ impl MemoryStore {
                     fraction,
                     last_seen: Timestamp::from_unix_nanos(u64::from(entry.last_seen) << SEEN_SHIFT),
                 });
-            }
+            });
         }
         top.finish()
     }
@@ -522,15 +357,7 @@ impl MemoryStore {
     /// Drops one bucket; whether it existed.
     pub fn remove_bucket(&self, bucket: BucketRef<'_>) -> bool {
         let hash = self.hasher.hash_one(bucket);
-        let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        let mut table = self.shards[index].0.lock();
-        match table.find_entry(hash, |entry| entry.bucket() == bucket) {
-            Ok(entry) => {
-                entry.remove();
-                true
-            }
-            Err(_) => false,
-        }
+        self.shard(hash).lock().remove(hash, bucket)
     }
 
     /// Every bucket of a rule in `rules`, for a snapshot.
@@ -542,20 +369,21 @@ impl MemoryStore {
             .collect();
         let mut records = Vec::new();
         for shard in &self.shards {
-            let table = shard.0.lock();
-            records.extend(table.iter().filter_map(|entry| {
-                let rule = keys.get(&entry.rule)?;
+            shard.0.lock().for_each(|entry| {
+                let Some(rule) = keys.get(&entry.rule) else {
+                    return;
+                };
                 let (one, words) = match &entry.state {
                     State::One { tat, interval } => (true, vec![tat[0], *interval]),
                     State::Many(words) => (false, words.to_vec()),
                 };
-                Some(Record {
+                records.push(Record {
                     rule: (*rule).to_owned(),
                     client: entry.client.clone(),
                     one,
                     words,
-                })
-            }));
+                });
+            });
         }
         records
     }
@@ -592,17 +420,33 @@ impl MemoryStore {
                 client: record.client,
                 state,
             };
-            if entry.refills_in(now) == 0 {
+            if entry.state.refills_in(now) == 0 {
                 continue;
             }
             let hash = self.hasher.hash_one(entry.bucket());
-            let index = (hash >> 32) as usize & (self.shards.len() - 1);
-            let mut table = self.shards[index].0.lock();
-            if table.find(hash, |e| e.bucket() == entry.bucket()).is_none() {
-                let hasher = &self.hasher;
-                table.insert_unique(hash, entry, |e| hasher.hash_one(e.bucket()));
-                restored += 1;
+            let mut tables = self.shard(hash).lock();
+            if tables.contains(hash, entry.bucket()) {
+                continue;
             }
+            let hasher = &self.hasher;
+            let compact = match (&entry.state, compact_ip(entry.bucket())) {
+                (State::One { tat, interval }, Some(ip)) => IntervalId::intern(*interval)
+                    .map(|interval| Compact::new(entry.rule, ip, interval, tat[0], now)),
+                _ => None,
+            };
+            match compact {
+                Some(compact) => {
+                    tables
+                        .compact
+                        .insert_unique(hash, compact, |c| hash_compact(hasher, c));
+                }
+                None => {
+                    tables
+                        .general
+                        .insert_unique(hash, entry, |e| hasher.hash_one(e.bucket()));
+                }
+            }
+            restored += 1;
         }
         restored
     }
@@ -613,7 +457,7 @@ impl MemoryStore {
             return;
         }
         for shard in &self.shards {
-            shard.0.lock().retain(|entry| !rules.contains(&entry.rule));
+            shard.0.lock().retain(0, |rule, _| !rules.contains(&rule));
         }
     }
 }
@@ -688,6 +532,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Quota;
     use crate::clock::{Clock, FakeClock};
     use crate::store::BucketSort;
     use std::future::Future as _;
@@ -909,9 +754,48 @@ mod tests {
     }
 
     #[test]
-    fn a_bucket_entry_is_64_bytes() {
-        // Memory follows this number: BENCHMARKS.md and the README quote it.
-        assert_eq!(std::mem::size_of::<Entry>(), 64);
+    fn ipv4_buckets_are_compact_and_keep_their_state_when_a_reload_changes_the_rule() {
+        let clock = FakeClock::new();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("limits.toml");
+        std::fs::write(&path, "[limits]\n\"/\" = \"10/min\"\n").unwrap();
+        let limits = crate::Limits::builder()
+            .clock(clock.clone())
+            .load([&path])
+            .unwrap();
+        let take = |key: &str, n: u64| poll(limits.check(key, n)).unwrap();
+        take("192.0.2.1", 6);
+        take("api-key-1", 6);
+        let layouts = |limits: &crate::Limits<MemoryStore>| {
+            limits
+                .store()
+                .shards
+                .iter()
+                .map(|shard| {
+                    let tables = shard.0.lock();
+                    (tables.compact.len(), tables.general.len())
+                })
+                .fold((0, 0), |(c, g), (c2, g2)| (c + c2, g + g2))
+        };
+        assert_eq!(layouts(&limits), (1, 1), "the IPv4 client is compact, the key is not");
+
+        // Half the rate and burst: the six tokens used are still used, more than five.
+        std::fs::write(&path, "[limits]\n\"/\" = \"5/min\"\n").unwrap();
+        limits.reload().unwrap();
+        assert_eq!(poll(limits.peek("192.0.2.1")).unwrap().remaining(), 0);
+        assert_eq!(layouts(&limits), (1, 1), "a rate change keeps the layout");
+
+        // A second quota does not fit 24 bytes: the bucket moves, and its use goes with it.
+        std::fs::write(
+            &path,
+            "[limits]\n\"/\" = { rate = [\"10/min\", \"100/hour\"] }\n",
+        )
+        .unwrap();
+        limits.reload().unwrap();
+        let decision = poll(limits.check("192.0.2.1", 1)).unwrap();
+        assert!(decision.allowed());
+        assert_eq!(decision.remaining(), 3, "6 used before, 1 now, of 10");
+        assert_eq!(layouts(&limits), (0, 2));
     }
 
     #[test]

@@ -1,0 +1,256 @@
+//! What one bucket remembers, in the general layout: any number of quotas, any algorithm.
+//!
+//! The state is self-describing: each quota's words are tagged with what measured them
+//! (a GCRA interval, or a window's period and kind), so a bucket met after a reload that
+//! changed its rule is recognised and its consumption carried over, and the time until it
+//! has refilled can be read without the rules (what lossless sweeping needs).
+
+use crate::Quota;
+use crate::algorithm::{Algorithm, gcra, window};
+use crate::decision::Decision;
+use crate::store::CheckRequest;
+
+/// A bucket's state, self-describing so a reload that changes its rule can be detected and
+/// carried over: each quota's state is tagged with what measured it.
+///
+/// - `One`: a single GCRA quota, inline: its TAT and its interval (the tag).
+/// - `Many`: `n` quotas of any algorithm as three runs of `n` words: `a` (GCRA: TAT;
+///   windows: window start), `b` (windows: previous count << 32 | current count), and the
+///   tag (GCRA: interval; windows: period with a kind bit).
+#[derive(Clone)]
+pub(super) enum State {
+    One { tat: [u64; 1], interval: u64 },
+    Many(Box<[u64]>),
+}
+
+pub(super) const SLIDING_BIT: u64 = 1 << 63;
+pub(super) const FIXED_BIT: u64 = 1 << 62;
+
+fn tag(algorithm: Algorithm, quota: &Quota) -> u64 {
+    match algorithm {
+        Algorithm::Gcra => quota.interval_nanos(),
+        Algorithm::SlidingWindow => quota.period_nanos() | SLIDING_BIT,
+        Algorithm::FixedWindow => quota.period_nanos() | FIXED_BIT,
+    }
+}
+
+fn unpack(start: u64, counts: u64) -> window::Counter {
+    window::Counter {
+        start,
+        previous: counts >> 32,
+        current: counts & u64::from(u32::MAX),
+    }
+}
+
+fn pack(counter: &window::Counter) -> u64 {
+    let clamp = |n: u64| n.min(u64::from(u32::MAX));
+    (clamp(counter.previous) << 32) | clamp(counter.current)
+}
+
+impl State {
+    pub(super) fn fresh(algorithm: Algorithm, quotas: &[Quota]) -> State {
+        match (algorithm, quotas) {
+            (Algorithm::Gcra, [quota]) => State::One {
+                tat: [0],
+                interval: quota.interval_nanos(),
+            },
+            _ => {
+                let n = quotas.len();
+                let mut words = vec![0; 3 * n].into_boxed_slice();
+                for (slot, quota) in words[2 * n..].iter_mut().zip(quotas) {
+                    *slot = tag(algorithm, quota);
+                }
+                State::Many(words)
+            }
+        }
+    }
+
+    /// Time until this bucket has refilled completely (0: it is as good as new).
+    pub(super) fn refills_in(&self, now: u64) -> u64 {
+        let (a, b, tags) = self.runs();
+        a.iter()
+            .zip(b)
+            .zip(tags)
+            .map(|((&a, &b), &tag)| {
+                let period = tag & !(SLIDING_BIT | FIXED_BIT);
+                if tag & SLIDING_BIT != 0 {
+                    // A window's counts stop mattering two windows after it began.
+                    if b == 0 {
+                        0
+                    } else {
+                        a.saturating_add(2 * period).saturating_sub(now)
+                    }
+                } else if tag & FIXED_BIT != 0 {
+                    if b & u64::from(u32::MAX) == 0 {
+                        0
+                    } else {
+                        a.saturating_add(period).saturating_sub(now)
+                    }
+                } else {
+                    a.saturating_sub(now)
+                }
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The first word of each quota (GCRA: its TAT).
+    pub(super) fn tats(&mut self) -> &mut [u64] {
+        match self {
+            State::One { tat, .. } => tat,
+            State::Many(words) => {
+                let n = words.len() / 3;
+                &mut words[..n]
+            }
+        }
+    }
+
+    /// The three runs of words: first words (GCRA: TATs), second words (window counts),
+    /// tags. A single inline GCRA quota has no second word; it reads as 0.
+    pub(super) fn runs(&self) -> (&[u64], &[u64], &[u64]) {
+        match self {
+            State::One { tat, interval } => (tat, &[0], std::slice::from_ref(interval)),
+            State::Many(words) => {
+                let n = words.len() / 3;
+                (&words[..n], &words[n..2 * n], &words[2 * n..])
+            }
+        }
+    }
+
+    fn tags(&self) -> &[u64] {
+        self.runs().2
+    }
+
+    /// Whether this state was measured by exactly `algorithm` over `quotas`.
+    pub(super) fn fits(&self, algorithm: Algorithm, quotas: &[Quota]) -> bool {
+        let tags = self.tags();
+        tags.len() == quotas.len()
+            && tags
+                .iter()
+                .zip(quotas)
+                .all(|(&t, q)| t == tag(algorithm, q))
+    }
+
+    /// Units used per quota as of `now`, whatever measured them.
+    fn used(&self, now: u64) -> Vec<(u64, f64)> {
+        let (a, b, tags) = self.runs();
+        a.iter()
+            .zip(b)
+            .zip(tags)
+            .map(|((&a, &b), &tag)| {
+                let measure = tag & !(SLIDING_BIT | FIXED_BIT);
+                let used = if tag & (SLIDING_BIT | FIXED_BIT) == 0 {
+                    a.saturating_sub(now) as f64 / measure.max(1) as f64
+                } else {
+                    let counter = unpack(a, b);
+                    let window = now - now % measure.max(1);
+                    if window == counter.start {
+                        let weight = if tag & SLIDING_BIT != 0 {
+                            (measure - (now - window)) as f64 / measure as f64
+                        } else {
+                            0.0
+                        };
+                        counter.previous as f64 * weight + counter.current as f64
+                    } else if tag & SLIDING_BIT != 0 && window == counter.start + measure {
+                        counter.current as f64 * (measure - (now - window)) as f64 / measure as f64
+                    } else {
+                        0.0
+                    }
+                };
+                (tag, used)
+            })
+            .collect()
+    }
+
+    /// The same consumption, re-expressed for `algorithm` over `quotas` (after a reload
+    /// changed them): units used stay used. A GCRA bucket whose rates changed keeps the
+    /// exact integer arithmetic of [`gcra::carry_over`].
+    pub(super) fn carried_over(&self, algorithm: Algorithm, quotas: &[Quota], now: u64) -> State {
+        let mut next = State::fresh(algorithm, quotas);
+        let all_gcra = self
+            .tags()
+            .iter()
+            .all(|t| t & (SLIDING_BIT | FIXED_BIT) == 0);
+        if algorithm == Algorithm::Gcra && all_gcra {
+            let old_tags = self.tags().to_vec();
+            let mut old = self.clone();
+            gcra::carry_over(old.tats(), &old_tags, quotas, now, next.tats());
+            return next;
+        }
+        let used = self.used(now);
+        let n = quotas.len();
+        for (index, quota) in quotas.iter().enumerate() {
+            // Across algorithms, quota i inherits from old quota i (or the last one).
+            let Some(&(_, units)) = used.get(index).or(used.last()) else {
+                continue;
+            };
+            if units <= 0.0 {
+                continue;
+            }
+            match (&mut next, algorithm) {
+                (State::One { tat, .. }, _) => {
+                    tat[0] = now.saturating_add((units * quota.interval_nanos() as f64) as u64);
+                }
+                (State::Many(words), Algorithm::Gcra) => {
+                    words[index] =
+                        now.saturating_add((units * quota.interval_nanos() as f64) as u64);
+                }
+                (State::Many(words), _) => {
+                    let period = quota.period_nanos();
+                    let counter = window::Counter {
+                        start: now - now % period,
+                        previous: 0,
+                        current: units.ceil() as u64,
+                    };
+                    words[index] = counter.start;
+                    words[n + index] = pack(&counter);
+                }
+            }
+        }
+        next
+    }
+
+    /// Decides against this state.
+    pub(super) fn decide(&mut self, request: &CheckRequest<'_>, now: u64) -> Decision {
+        let quotas = request.quotas;
+        match request.algorithm {
+            Algorithm::Gcra => gcra::decide(
+                self.tats(),
+                quotas,
+                request.cost,
+                now,
+                request.mode,
+                request.strict,
+            ),
+            algorithm => {
+                let kind = if algorithm == Algorithm::FixedWindow {
+                    window::Kind::Fixed
+                } else {
+                    window::Kind::Sliding
+                };
+                let State::Many(words) = self else {
+                    return Decision::unlimited();
+                };
+                let n = words.len() / 3;
+                let mut buffer = [window::Counter::default(); 4];
+                let mut spill = Vec::new();
+                let counters: &mut [window::Counter] = if n <= buffer.len() {
+                    &mut buffer[..n]
+                } else {
+                    spill.resize(n, window::Counter::default());
+                    &mut spill
+                };
+                for (i, counter) in counters.iter_mut().enumerate() {
+                    *counter = unpack(words[i], words[n + i]);
+                }
+                let decision =
+                    window::decide(kind, counters, quotas, request.cost, now, request.mode);
+                for (i, counter) in counters.iter().enumerate() {
+                    words[i] = counter.start;
+                    words[n + i] = pack(counter);
+                }
+                decision
+            }
+        }
+    }
+}
