@@ -33,28 +33,33 @@ fn an_exhausted_client_is_still_exhausted_after_a_restart() {
     let config = config(&snapshot, "");
     let clock = FakeClock::new();
     let before = start(&config, &clock);
-    for _ in 0..3 {
-        assert!(allowed(&before, "reports/tenant-7"));
+    // An API key (the general bucket layout) and an IPv4 client (the compact one).
+    for client in ["tenant-7", "203.0.113.7"] {
+        for _ in 0..3 {
+            assert!(allowed(&before, &format!("reports/{client}")));
+        }
+        assert!(!allowed(&before, &format!("reports/{client}")));
     }
-    assert!(!allowed(&before, "reports/tenant-7"));
     assert!(allowed(&before, "login/alice"));
-    assert_eq!(before.save_snapshot().unwrap(), 2);
+    assert_eq!(before.save_snapshot().unwrap(), 3);
     drop(before);
 
     // Down for a minute: the daily budget is still spent; login (2/min) has refilled.
     let after_clock = FakeClock::new();
     after_clock.advance(Duration::from_secs(60));
     let after = start(&config, &after_clock);
-    assert!(
-        !allowed(&after, "reports/tenant-7"),
-        "a restart handed out a fresh daily budget"
-    );
-    let state = now_or_never(after.peek("reports/tenant-7")).unwrap();
-    // 3/d: one token every 8 h; 8 h from the first report, minus the minute spent down.
-    assert_eq!(state.retry_after(), Duration::from_secs(8 * 3600 - 60));
+    for client in ["tenant-7", "203.0.113.7"] {
+        assert!(
+            !allowed(&after, &format!("reports/{client}")),
+            "a restart handed out a fresh daily budget to {client}"
+        );
+        let state = now_or_never(after.peek(&format!("reports/{client}"))).unwrap();
+        // 3/d: one token every 8 h; 8 h from the first report, minus the minute spent down.
+        assert_eq!(state.retry_after(), Duration::from_secs(8 * 3600 - 60));
+    }
     assert_eq!(
         after.store().len(),
-        1,
+        2,
         "login/alice had refilled and was not restored"
     );
 }

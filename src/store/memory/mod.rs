@@ -777,7 +777,11 @@ mod tests {
                 })
                 .fold((0, 0), |(c, g), (c2, g2)| (c + c2, g + g2))
         };
-        assert_eq!(layouts(&limits), (1, 1), "the IPv4 client is compact, the key is not");
+        assert_eq!(
+            layouts(&limits),
+            (1, 1),
+            "the IPv4 client is compact, the key is not"
+        );
 
         // Half the rate and burst: the six tokens used are still used, more than five.
         std::fs::write(&path, "[limits]\n\"/\" = \"5/min\"\n").unwrap();

@@ -151,11 +151,8 @@ impl Tables {
 
     /// Whether `bucket` (whose hash is `hash`) is held.
     pub(super) fn contains(&self, hash: u64, bucket: BucketRef<'_>) -> bool {
-        let in_compact = compact_ip(bucket).is_some_and(|ip| {
-            self.compact
-                .find(hash, |c| c.is(bucket.rule, ip))
-                .is_some()
-        });
+        let in_compact = compact_ip(bucket)
+            .is_some_and(|ip| self.compact.find(hash, |c| c.is(bucket.rule, ip)).is_some());
         in_compact || self.general.find(hash, |e| e.bucket() == bucket).is_some()
     }
 
