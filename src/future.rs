@@ -205,19 +205,19 @@ where
                 } => {
                     let mut response = ready!(future.poll(cx))?;
                     let mut headers = headers.take();
-                    if let Some(pending) = charge.take() {
-                        if let Some(mut charging) = pending.start(response.status()) {
-                            match Pin::new(&mut charging).poll(cx) {
-                                Poll::Ready(result) => headers = pending.headers(result, headers),
-                                Poll::Pending => {
-                                    state.set(State::Charging {
-                                        charging,
-                                        response: Some(response),
-                                        pending: Some(pending),
-                                        headers,
-                                    });
-                                    continue;
-                                }
+                    if let Some(pending) = charge.take()
+                        && let Some(mut charging) = pending.start(response.status())
+                    {
+                        match Pin::new(&mut charging).poll(cx) {
+                            Poll::Ready(result) => headers = pending.headers(result, headers),
+                            Poll::Pending => {
+                                state.set(State::Charging {
+                                    charging,
+                                    response: Some(response),
+                                    pending: Some(pending),
+                                    headers,
+                                });
+                                continue;
                             }
                         }
                     }

@@ -140,7 +140,7 @@ impl<St: Store> LimitsBuilder<St> {
     fn build(self, sources: Vec<Source>, paths: Vec<PathBuf>) -> Result<Limits<St>, ConfigError> {
         let rules = RuleSet::compile(&sources, None).map_err(ConfigError::Invalid)?;
         metrics::gauge!("tollgate_config_generation").set(1.0);
-        self.store.configure(rules.store());
+        self.store.configure(&rules);
         let (status, _) = tokio::sync::watch::channel(ReloadStatus::new(paths.clone()));
         let (sweeper, stop) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared {

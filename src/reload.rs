@@ -166,7 +166,7 @@ impl<St: Store> Limits<St> {
             Ok(Some((current, next, sources))) => {
                 let retired = next.retired_since(&current);
                 let generation = next.generation();
-                shared.store.configure(next.store());
+                shared.store.configure(&next);
                 shared.rules.store(Arc::new(next));
                 shared.store.forget(&retired);
                 state.applied = sources.into_iter().map(|s| s.text).collect();

@@ -7,12 +7,13 @@ mod error;
 mod rate;
 mod raw;
 pub(crate) mod rules;
+mod store;
 
 pub(crate) use error::Source;
 pub use error::{ConfigError, Diagnostic};
 pub use rate::{Rate, RateError, parse_duration};
 pub use raw::Per;
 pub use rules::{
-    Explanation, GatewaySettings, Limit, Origin, Rule, RuleSet, StatusSet, Step, StoreSettings,
-    parse_upstream,
+    Explanation, GatewaySettings, Limit, Origin, Rule, RuleSet, StatusSet, Step, parse_upstream,
 };
+pub use store::{Backend, OnBackendError, RedisSettings, StoreSettings};

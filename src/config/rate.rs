@@ -112,7 +112,7 @@ impl fmt::Display for Rate {
             (1_000_000, "ms"),
         ];
         for (size, unit) in units {
-            if nanos % size == 0 {
+            if nanos.is_multiple_of(size) {
                 return write!(f, "{}/{}{}", self.count, nanos / size, unit);
             }
         }

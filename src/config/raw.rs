@@ -40,6 +40,14 @@ pub(crate) struct RawStore {
     pub(crate) sweep_interval: Option<Spanned<String>>,
     pub(crate) snapshot: Option<Spanned<String>>,
     pub(crate) snapshot_interval: Option<Spanned<String>>,
+    pub(crate) backend: Option<Spanned<String>>,
+    pub(crate) url: Option<Spanned<String>>,
+    pub(crate) key_prefix: Option<Spanned<String>>,
+    pub(crate) timeout: Option<Spanned<String>>,
+    pub(crate) connections: Option<Spanned<i64>>,
+    pub(crate) on_backend_error: Option<Spanned<String>>,
+    pub(crate) breaker_failures: Option<Spanned<i64>>,
+    pub(crate) breaker_cooldown: Option<Spanned<String>>,
 }
 
 /// `[gateway]`: settings of the example gateway, validated with the rest.

@@ -17,6 +17,7 @@ use toml::Spanned;
 use super::error::{Diagnostic, Source};
 use super::rate::Rate;
 use super::raw::{OneOrMany, Per, RawFile, RawRule};
+use super::store::StoreSettings;
 use crate::Quota;
 use crate::key::{ClientSettings, ClientSource, RouteSettings, TrustedProxies, normalize_route};
 use crate::response::{BodyTemplate, ResponseSettings};
@@ -96,43 +97,6 @@ impl RuleCounters {
 impl fmt::Debug for RuleCounters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("RuleCounters")
-    }
-}
-
-/// The `[store]` table: how many buckets may be held, and how often idle ones are swept.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct StoreSettings {
-    /// The most buckets held at once (`max_buckets`, default
-    /// [`StoreSettings::DEFAULT_MAX_BUCKETS`]). At the bound, the buckets closest to full
-    /// are evicted first.
-    pub max_buckets: usize,
-    /// How often buckets that have refilled completely are dropped (`sweep_interval`,
-    /// default 10 s).
-    pub sweep_interval: std::time::Duration,
-    /// Where buckets are saved and restored across restarts (`snapshot`, default none).
-    pub snapshot: Option<PathBuf>,
-    /// How often the snapshot is written while running (`snapshot_interval`, default 60 s).
-    pub snapshot_interval: std::time::Duration,
-}
-
-impl StoreSettings {
-    /// Four million buckets: about half a gigabyte resident at the in-memory store's
-    /// measured 110–140 bytes per bucket (BENCHMARKS.md) — a small share of a 24 GiB
-    /// machine, and room for a very busy service's clients.
-    pub const DEFAULT_MAX_BUCKETS: usize = 4_000_000;
-    /// How often the sweeper runs unless told otherwise.
-    pub const DEFAULT_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
-}
-
-impl Default for StoreSettings {
-    fn default() -> Self {
-        StoreSettings {
-            max_buckets: Self::DEFAULT_MAX_BUCKETS,
-            sweep_interval: Self::DEFAULT_SWEEP_INTERVAL,
-            snapshot: None,
-            snapshot_interval: std::time::Duration::from_secs(60),
-        }
     }
 }
 
@@ -1002,48 +966,7 @@ impl Settings {
             self.response.body = BodyTemplate::new(body);
         }
         self.apply_gateway(source, raw, diagnostics);
-        if let Some(max) = &raw.store.max_buckets {
-            match usize::try_from(*max.get_ref()) {
-                Ok(max @ 1..) => self.store.max_buckets = max,
-                _ => diagnostics.push(source.at(
-                    max.span(),
-                    format!("max_buckets must be at least 1, found {}", max.get_ref()),
-                )),
-            }
-        }
-        if let Some(path) = &raw.store.snapshot {
-            match path.get_ref().trim() {
-                "" => diagnostics.push(source.at(
-                    path.span(),
-                    "snapshot is empty: name a file, or leave it out",
-                )),
-                path => self.store.snapshot = Some(PathBuf::from(path)),
-            }
-        }
-        if let Some(text) = &raw.store.snapshot_interval {
-            match super::rate::parse_duration(text.get_ref()) {
-                Some(interval) if !interval.is_zero() => self.store.snapshot_interval = interval,
-                _ => diagnostics.push(source.at(
-                    text.span(),
-                    format!(
-                        "snapshot_interval \"{}\" is not a duration like \"60s\"",
-                        text.get_ref()
-                    ),
-                )),
-            }
-        }
-        if let Some(text) = &raw.store.sweep_interval {
-            match super::rate::parse_duration(text.get_ref()) {
-                Some(interval) if !interval.is_zero() => self.store.sweep_interval = interval,
-                _ => diagnostics.push(source.at(
-                    text.span(),
-                    format!(
-                        "sweep_interval \"{}\" is not a duration like \"10s\"",
-                        text.get_ref()
-                    ),
-                )),
-            }
-        }
+        self.store.apply(source, &raw.store, diagnostics);
 
         if let Some(content_type) = &response.content_type {
             match HeaderValue::from_str(content_type.get_ref()) {

@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use crate::Limits;
 use crate::config::{Limit, Per, RuleSet};
 use crate::key::{Client, normalize_route};
-use crate::store::{BucketQuery, BucketRef, BucketSort, MemoryStore, Store};
+use crate::store::{BackendStore, BucketQuery, BucketRef, BucketSort, Store};
 
 use super::proxy::error;
 
@@ -60,7 +60,7 @@ impl<St> Clone for AdminState<St> {
 
 /// The admin router over `limits`; `token` guards everything but `/healthz` and the page.
 pub fn router(
-    limits: Limits<MemoryStore>,
+    limits: Limits<BackendStore>,
     metrics: PrometheusHandle,
     token: Option<String>,
 ) -> Router {
@@ -119,7 +119,7 @@ fn unix_seconds(time: SystemTime) -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-async fn config(State(state): State<AdminState<MemoryStore>>) -> Json<Value> {
+async fn config(State(state): State<AdminState<BackendStore>>) -> Json<Value> {
     let status = state.limits.status();
     let rules = state.limits.rules();
     Json(json!({
@@ -174,7 +174,7 @@ struct BucketParams {
 }
 
 async fn buckets(
-    State(state): State<AdminState<MemoryStore>>,
+    State(state): State<AdminState<BackendStore>>,
     params: Result<Query<BucketParams>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Query(params) = match params {
@@ -217,7 +217,7 @@ async fn buckets(
 }
 
 async fn forgive(
-    State(state): State<AdminState<MemoryStore>>,
+    State(state): State<AdminState<BackendStore>>,
     Path(key): Path<String>,
 ) -> Response {
     let rules = state.limits.rules().clone();
@@ -281,7 +281,7 @@ struct ExplainParams {
 }
 
 async fn explain(
-    State(state): State<AdminState<MemoryStore>>,
+    State(state): State<AdminState<BackendStore>>,
     params: Result<Query<ExplainParams>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(params)) = params else {
@@ -323,8 +323,9 @@ async fn explain(
     .into_response()
 }
 
-async fn render_metrics(State(state): State<AdminState<MemoryStore>>) -> Response {
-    metrics::gauge!("tollgate_buckets_active").set(state.limits.store().len() as f64);
+async fn render_metrics(State(state): State<AdminState<BackendStore>>) -> Response {
+    // With Redis, the buckets this instance holds are its fallback ones.
+    metrics::gauge!("tollgate_buckets_active").set(state.limits.store().memory().len() as f64);
     state.metrics.run_upkeep();
     let mut headers = HeaderMap::new();
     headers.insert(

@@ -32,6 +32,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::RuleSet;
 use crate::reload::WatchError;
+use crate::store::BackendStore;
 use crate::{Limits, RateLimitLayer};
 
 /// Where the proxy listens unless told otherwise.
@@ -109,7 +110,7 @@ pub struct Gateway {
     admin: SocketAddr,
     upstream: Uri,
     demo: bool,
-    limits: Limits,
+    limits: Limits<BackendStore>,
     stop: tokio::sync::watch::Sender<bool>,
     servers: Vec<JoinHandle<()>>,
     grace: Duration,
@@ -123,7 +124,9 @@ impl Gateway {
     pub async fn start(options: GatewayOptions) -> Result<Gateway, GatewayError> {
         // Before any rule is compiled: rules keep handles to their counters.
         let metrics = metrics::install();
-        let limits = Limits::watch(&options.config)?;
+        let limits = Limits::builder()
+            .store(BackendStore::new())
+            .watch(&options.config)?;
         let settings = limits.rules().gateway().clone();
 
         let listen_address = options.listen.or(settings.listen).unwrap_or(DEFAULT_LISTEN);
@@ -210,7 +213,7 @@ impl Gateway {
     }
 
     /// The limits the gateway enforces.
-    pub fn limits(&self) -> &Limits {
+    pub fn limits(&self) -> &Limits<BackendStore> {
         &self.limits
     }
 
@@ -267,7 +270,7 @@ fn serve(
 
 /// SIGHUP forces a re-read of the config (a no-op where there are no signals).
 fn reload_on_sighup(
-    limits: Limits,
+    limits: Limits<BackendStore>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {

@@ -30,16 +30,22 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod backend;
 mod inspect;
 mod memory;
+#[cfg(feature = "redis")]
+mod redis;
 mod snapshot;
 
 use std::future::Future;
 use std::pin::Pin;
 
+pub use backend::{BackendFuture, BackendStore};
 pub(crate) use inspect::TopRows;
 pub use inspect::{BucketQuery, BucketRow, BucketSort};
 pub use memory::MemoryStore;
+#[cfg(feature = "redis")]
+pub use redis::{RedisFuture, RedisStore};
 pub use snapshot::SnapshotError;
 
 /// The boxed future of an occasional, administrative store call.
@@ -131,6 +137,12 @@ pub enum StoreError {
         /// What went wrong, for logs.
         reason: String,
     },
+    /// The store cannot be made as configured (a malformed Redis URL, say).
+    #[error("rate-limit store misconfigured: {reason}")]
+    Invalid {
+        /// What is wrong with the configuration.
+        reason: String,
+    },
 }
 
 /// A place that keeps buckets and decides against them.
@@ -153,9 +165,11 @@ pub trait Store: Send + Sync + 'static {
         let _ = rules;
     }
 
-    /// Applies the `[store]` table (at load and at every reload). The default ignores it.
-    fn configure(&self, settings: &crate::config::StoreSettings) {
-        let _ = settings;
+    /// Meets a newly compiled rule set before it takes effect (at load and at every
+    /// reload): its `[store]` table, and its rules' keys for stores that name buckets by
+    /// them. The default ignores it.
+    fn configure(&self, rules: &crate::config::RuleSet) {
+        let _ = rules;
     }
 
     /// Drops buckets that have refilled completely — they are indistinguishable from new

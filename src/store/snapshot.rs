@@ -192,7 +192,7 @@ fn parse_record(line: &str) -> Option<Record> {
     let shape_ok = if one {
         words.len() == 2
     } else {
-        !words.is_empty() && words.len() % 3 == 0
+        !words.is_empty() && words.len().is_multiple_of(3)
     };
     shape_ok.then_some(Record {
         rule,

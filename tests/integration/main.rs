@@ -14,6 +14,7 @@ mod gateway;
 mod hyper_server;
 mod layer_http;
 mod modes;
+mod redis_backend;
 mod reload;
 mod snapshots;
 mod support;

@@ -159,10 +159,10 @@ impl MemoryStore {
             (Algorithm::Gcra, [quota], Some(_)) => quota.interval_id(),
             _ => None,
         };
-        if let (Some(ip), Some(interval)) = (ip, compact_interval) {
-            if let Some(compact) = tables.compact.find_mut(hash, |c| c.is(rule, ip)) {
-                return decide_compact(compact, &request, interval, now);
-            }
+        if let (Some(ip), Some(interval)) = (ip, compact_interval)
+            && let Some(compact) = tables.compact.find_mut(hash, |c| c.is(rule, ip))
+        {
+            return decide_compact(compact, &request, interval, now);
         }
         if let Some(entry) = tables
             .general
@@ -171,16 +171,16 @@ impl MemoryStore {
             return decide_general(entry, &request, now);
         }
         // A compact bucket whose rule no longer fits that layout moves to the general one.
-        if let (Some(ip), None) = (ip, compact_interval) {
-            if let Ok(found) = tables.compact.find_entry(hash, |c| c.is(rule, ip)) {
-                let (compact, _) = found.remove();
-                let hasher = &self.hasher;
-                let entry = tables
-                    .general
-                    .insert_unique(hash, compact.to_entry(), |e| hasher.hash_one(e.bucket()))
-                    .into_mut();
-                return decide_general(entry, &request, now);
-            }
+        if let (Some(ip), None) = (ip, compact_interval)
+            && let Ok(found) = tables.compact.find_entry(hash, |c| c.is(rule, ip))
+        {
+            let (compact, _) = found.remove();
+            let hasher = &self.hasher;
+            let entry = tables
+                .general
+                .insert_unique(hash, compact.to_entry(), |e| hasher.hash_one(e.bucket()))
+                .into_mut();
+            return decide_general(entry, &request, now);
         }
         // A new bucket. A full bucket and a missing one are the same: store only what took
         // something (or what strict mode held back).
@@ -487,8 +487,8 @@ impl Store for MemoryStore {
         self.forget_rules(rules);
     }
 
-    fn configure(&self, settings: &crate::config::StoreSettings) {
-        self.set_max_buckets(settings.max_buckets);
+    fn configure(&self, rules: &crate::config::RuleSet) {
+        self.set_max_buckets(rules.store().max_buckets);
     }
 
     fn sweep(&self, now: Timestamp) -> usize {

@@ -98,3 +98,4 @@ pub fn now_or_never<F: Future>(future: F) -> F::Output {
     }
 }
 pub mod browser;
+pub mod redis;

@@ -1,0 +1,270 @@
+//! The `[store]` table: where buckets live and how they are kept (SPEC §6, §7).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::error::{Diagnostic, Source};
+use super::raw::RawStore;
+
+/// The `[store]` table.
+///
+/// ```
+/// use tollgate::config::{Backend, OnBackendError};
+///
+/// let limits = tollgate::Limits::from_toml(
+///     "[store]\nmax_buckets = 100000\nbackend = \"redis\"\nurl = \"redis://10.0.0.5:6379\"\n\
+///      on_backend_error = \"deny\"\n[limits]\n\"/\" = \"10/s\"\n",
+/// )?;
+/// let store = limits.rules().store().clone();
+/// assert_eq!(store.max_buckets, 100_000);
+/// assert_eq!(store.backend, Backend::Redis);
+/// assert_eq!(store.redis.url, "redis://10.0.0.5:6379");
+/// assert_eq!(store.redis.on_backend_error, OnBackendError::Deny);
+/// # Ok::<(), tollgate::config::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreSettings {
+    /// The most buckets held at once (`max_buckets`, default
+    /// [`StoreSettings::DEFAULT_MAX_BUCKETS`]). At the bound, the buckets closest to full
+    /// are evicted first.
+    pub max_buckets: usize,
+    /// How often buckets that have refilled completely are dropped (`sweep_interval`,
+    /// default 10 s).
+    pub sweep_interval: Duration,
+    /// Where buckets are saved and restored across restarts (`snapshot`, default none).
+    pub snapshot: Option<PathBuf>,
+    /// How often the snapshot is written while running (`snapshot_interval`, default 60 s).
+    pub snapshot_interval: Duration,
+    /// Where buckets live (`backend`, default [`Backend::Memory`]).
+    pub backend: Backend,
+    /// The Redis backend's settings (used when `backend = "redis"`).
+    pub redis: RedisSettings,
+}
+
+/// Where buckets live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// `"memory"`: in this process (the default).
+    #[default]
+    Memory,
+    /// `"redis"`: in a Redis server shared by several instances.
+    Redis,
+}
+
+/// What a decision does when the Redis backend cannot answer in time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnBackendError {
+    /// `"allow"`: admit the request (fail open).
+    Allow,
+    /// `"deny"`: refuse it with the usual 429 (fail closed).
+    Deny,
+    /// `"local"` (the default): decide with this instance's in-memory buckets, so every
+    /// instance still enforces the limit on its own share of traffic.
+    #[default]
+    Local,
+}
+
+/// The Redis backend's part of `[store]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisSettings {
+    /// Where Redis is (`url`, default `redis://127.0.0.1:6379`; `rediss://` for TLS is
+    /// accepted by the parser but this build speaks plain TCP).
+    pub url: String,
+    /// Prepended to every bucket key (`key_prefix`, default `tollgate:`), so several
+    /// deployments can share a server.
+    pub key_prefix: String,
+    /// How long one decision may wait for Redis before `on_backend_error` applies
+    /// (`timeout`, default 50 ms).
+    pub timeout: Duration,
+    /// Multiplexed connections to Redis, used in turn (`connections`, default 2).
+    pub connections: usize,
+    /// What to do when Redis fails or is slow (`on_backend_error`, default `local`).
+    pub on_backend_error: OnBackendError,
+    /// Consecutive failures that open the circuit breaker (`breaker_failures`, default 3):
+    /// while open, decisions skip Redis and apply `on_backend_error` at once.
+    pub breaker_failures: u32,
+    /// How long the breaker stays open before one request probes Redis again
+    /// (`breaker_cooldown`, default 500 ms).
+    pub breaker_cooldown: Duration,
+}
+
+impl StoreSettings {
+    /// Four million buckets: about 200 MiB resident for one-quota buckets of IPv4 clients
+    /// (≈ 53 bytes each, BENCHMARKS.md), about 650 MiB for API-key or window buckets — a
+    /// small share of a 24 GiB machine, and room for a very busy service's clients.
+    pub const DEFAULT_MAX_BUCKETS: usize = 4_000_000;
+    /// How often the sweeper runs unless told otherwise.
+    pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings {
+            max_buckets: Self::DEFAULT_MAX_BUCKETS,
+            sweep_interval: Self::DEFAULT_SWEEP_INTERVAL,
+            snapshot: None,
+            snapshot_interval: Duration::from_secs(60),
+            backend: Backend::Memory,
+            redis: RedisSettings::default(),
+        }
+    }
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        RedisSettings {
+            url: "redis://127.0.0.1:6379".into(),
+            key_prefix: "tollgate:".into(),
+            timeout: Duration::from_millis(50),
+            connections: 2,
+            on_backend_error: OnBackendError::Local,
+            breaker_failures: 3,
+            breaker_cooldown: Duration::from_millis(500),
+        }
+    }
+}
+
+impl StoreSettings {
+    /// Applies one file's `[store]` table, reporting every bad value.
+    pub(super) fn apply(&mut self, source: &Source, raw: &RawStore, out: &mut Vec<Diagnostic>) {
+        let duration = |field: &str, text: &Spanned<String>, out: &mut Vec<Diagnostic>| {
+            match super::rate::parse_duration(text.get_ref()) {
+                Some(d) if !d.is_zero() => Some(d),
+                _ => {
+                    out.push(source.at(
+                        text.span(),
+                        format!(
+                            "{field} \"{}\" is not a duration like \"10s\" or \"50ms\"",
+                            text.get_ref()
+                        ),
+                    ));
+                    None
+                }
+            }
+        };
+        let count = |field: &str, n: &Spanned<i64>, max: i64, out: &mut Vec<Diagnostic>| {
+            if (1..=max).contains(n.get_ref()) {
+                usize::try_from(*n.get_ref()).ok()
+            } else {
+                out.push(source.at(
+                    n.span(),
+                    format!("{field} must be between 1 and {max}, found {}", n.get_ref()),
+                ));
+                None
+            }
+        };
+        if let Some(max) = &raw.max_buckets
+            && let Some(max) = count("max_buckets", max, i64::MAX, out)
+        {
+            self.max_buckets = max;
+        }
+        if let Some(path) = &raw.snapshot {
+            match path.get_ref().trim() {
+                "" => out.push(source.at(
+                    path.span(),
+                    "snapshot is empty: name a file, or leave it out",
+                )),
+                path => self.snapshot = Some(PathBuf::from(path)),
+            }
+        }
+        if let Some(text) = &raw.snapshot_interval
+            && let Some(d) = duration("snapshot_interval", text, out)
+        {
+            self.snapshot_interval = d;
+        }
+        if let Some(text) = &raw.sweep_interval
+            && let Some(d) = duration("sweep_interval", text, out)
+        {
+            self.sweep_interval = d;
+        }
+        if let Some(backend) = &raw.backend {
+            match backend.get_ref().as_str() {
+                "memory" => self.backend = Backend::Memory,
+                "redis" if cfg!(feature = "redis") => self.backend = Backend::Redis,
+                "redis" => out.push(source.at(
+                    backend.span(),
+                    "backend \"redis\" needs tollgate built with its `redis` feature",
+                )),
+                other => out.push(source.at(
+                    backend.span(),
+                    format!("backend must be \"memory\" or \"redis\", found \"{other}\""),
+                )),
+            }
+        }
+        self.apply_redis(source, raw, out, duration, count);
+    }
+
+    fn apply_redis(
+        &mut self,
+        source: &Source,
+        raw: &RawStore,
+        out: &mut Vec<Diagnostic>,
+        duration: impl Fn(&str, &Spanned<String>, &mut Vec<Diagnostic>) -> Option<Duration>,
+        count: impl Fn(&str, &Spanned<i64>, i64, &mut Vec<Diagnostic>) -> Option<usize>,
+    ) {
+        let redis = &mut self.redis;
+        if let Some(url) = &raw.url {
+            let text = url.get_ref().trim();
+            let schemes = ["redis://", "rediss://", "unix://", "redis+unix://"];
+            if schemes.iter().any(|scheme| text.starts_with(scheme)) {
+                redis.url = text.to_owned();
+            } else {
+                out.push(source.at(
+                    url.span(),
+                    format!("url \"{text}\" is not a Redis URL like \"redis://127.0.0.1:6379\""),
+                ));
+            }
+        }
+        if let Some(prefix) = &raw.key_prefix {
+            let text = prefix.get_ref();
+            if text.contains(['{', '}']) || text.len() > 64 {
+                out.push(source.at(
+                    prefix.span(),
+                    "key_prefix must be at most 64 bytes without '{' or '}' (those mark the \
+                     cluster hash tag)",
+                ));
+            } else {
+                redis.key_prefix = text.clone();
+            }
+        }
+        if let Some(text) = &raw.timeout
+            && let Some(d) = duration("timeout", text, out)
+        {
+            redis.timeout = d;
+        }
+        if let Some(n) = &raw.connections
+            && let Some(n) = count("connections", n, 64, out)
+        {
+            redis.connections = n;
+        }
+        if let Some(mode) = &raw.on_backend_error {
+            match mode.get_ref().as_str() {
+                "allow" => redis.on_backend_error = OnBackendError::Allow,
+                "deny" => redis.on_backend_error = OnBackendError::Deny,
+                "local" => redis.on_backend_error = OnBackendError::Local,
+                other => out.push(source.at(
+                    mode.span(),
+                    format!(
+                        "on_backend_error must be \"allow\", \"deny\" or \"local\", found \"{other}\""
+                    ),
+                )),
+            }
+        }
+        if let Some(n) = &raw.breaker_failures
+            && let Some(n) = count("breaker_failures", n, 1000, out)
+        {
+            redis.breaker_failures = u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        if let Some(text) = &raw.breaker_cooldown
+            && let Some(d) = duration("breaker_cooldown", text, out)
+        {
+            redis.breaker_cooldown = d;
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The store `[store] backend` names: memory or Redis, chosen by configuration.
+//!
+//! What the gateway uses, and what a library user wants when the deployment, not the
+//! code, decides where buckets live. The backend is chosen when the limiter is built
+//! (the first rule set configures it); a reload that names another backend is logged and
+//! applies at the next restart, since switching would silently reset every budget.
+
+use std::future::{Future, Ready, ready};
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::task::{Context, Poll};
+
+use super::{
+    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckRequest, MemoryStore, RuleId,
+    SnapshotError, Store, StoreError,
+};
+use crate::clock::Timestamp;
+use crate::config::{Backend, RuleSet};
+use crate::decision::Decision;
+
+#[cfg(feature = "redis")]
+use super::redis::{RedisFuture, RedisStore};
+
+/// The store `[store] backend` names.
+///
+/// ```
+/// use tollgate::store::BackendStore;
+/// use tollgate::Limits;
+///
+/// let limits = Limits::builder()
+///     .store(BackendStore::new())
+///     .from_toml("[limits]\n\"/\" = \"10/s\"\n")?;
+/// assert!(limits.store().redis().is_none(), "no backend named: memory");
+/// # Ok::<(), tollgate::config::ConfigError>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct BackendStore {
+    memory: MemoryStore,
+    chosen: OnceLock<Backend>,
+    #[cfg(feature = "redis")]
+    redis: OnceLock<RedisStore>,
+}
+
+impl BackendStore {
+    /// A store that becomes what the first rule set's `[store] backend` names.
+    pub fn new() -> BackendStore {
+        BackendStore::default()
+    }
+
+    /// The in-memory buckets (the backend, or unused when Redis is).
+    pub fn memory(&self) -> &MemoryStore {
+        &self.memory
+    }
+
+    /// The Redis store, when that is the backend.
+    #[cfg(feature = "redis")]
+    pub fn redis(&self) -> Option<&RedisStore> {
+        self.redis.get()
+    }
+
+    /// The Redis store, when that is the backend (never, in a build without `redis`).
+    #[cfg(not(feature = "redis"))]
+    pub fn redis(&self) -> Option<&MemoryStore> {
+        None
+    }
+}
+
+/// A decision from whichever backend is in use.
+pub enum BackendFuture {
+    /// The in-memory store's immediate answer.
+    Memory(Ready<Result<Decision, StoreError>>),
+    /// Redis's answer, on its way.
+    #[cfg(feature = "redis")]
+    Redis(RedisFuture),
+}
+
+impl Future for BackendFuture {
+    type Output = Result<Decision, StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            BackendFuture::Memory(ready) => Pin::new(ready).poll(cx),
+            #[cfg(feature = "redis")]
+            BackendFuture::Redis(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl Store for BackendStore {
+    type Future = BackendFuture;
+
+    fn check(&self, request: CheckRequest<'_>) -> BackendFuture {
+        #[cfg(feature = "redis")]
+        if let Some(redis) = self.redis.get() {
+            return BackendFuture::Redis(redis.check(request));
+        }
+        BackendFuture::Memory(ready(Ok(self.memory.decide(request))))
+    }
+
+    fn forget(&self, rules: &[RuleId]) {
+        self.memory.forget(rules);
+    }
+
+    fn configure(&self, rules: &RuleSet) {
+        let wanted = rules.store().backend;
+        let chosen = *self.chosen.get_or_init(|| {
+            #[cfg(feature = "redis")]
+            if wanted == Backend::Redis {
+                match RedisStore::new(&rules.store().redis) {
+                    Ok(redis) => {
+                        tracing::info!(url = %rules.store().redis.url, "buckets live in Redis");
+                        let _ = self.redis.set(redis);
+                        return Backend::Redis;
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "Redis backend unusable; buckets stay in memory");
+                    }
+                }
+            }
+            Backend::Memory
+        });
+        if chosen != wanted {
+            tracing::warn!(
+                running = ?chosen,
+                configured = ?wanted,
+                "[store] backend changes apply at the next restart"
+            );
+        }
+        self.memory.configure(rules);
+        #[cfg(feature = "redis")]
+        if let Some(redis) = self.redis.get() {
+            redis.configure(rules);
+        }
+    }
+
+    fn sweep(&self, now: Timestamp) -> usize {
+        #[cfg(feature = "redis")]
+        if let Some(redis) = self.redis.get() {
+            return redis.sweep(now);
+        }
+        self.memory.sweep(now)
+    }
+
+    fn save_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
+        #[cfg(feature = "redis")]
+        if self.redis.get().is_some() {
+            return Ok(0); // Redis keeps the shared state; its persistence is its own.
+        }
+        self.memory.save_snapshot(rules, now)
+    }
+
+    fn restore_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
+        #[cfg(feature = "redis")]
+        if self.redis.get().is_some() {
+            return Ok(0);
+        }
+        self.memory.restore_snapshot(rules, now)
+    }
+
+    fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {
+        #[cfg(feature = "redis")]
+        if let Some(redis) = self.redis.get() {
+            return redis.buckets(query);
+        }
+        self.memory.buckets(query)
+    }
+
+    fn remove(&self, bucket: BucketRef<'_>) -> AdminFuture<bool> {
+        #[cfg(feature = "redis")]
+        if let Some(redis) = self.redis.get() {
+            return redis.remove(bucket);
+        }
+        self.memory.remove(bucket)
+    }
+}

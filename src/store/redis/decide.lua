@@ -1,0 +1,246 @@
+-- tollgate: one rate-limit decision, atomically, in one round trip.
+--
+-- The same arithmetic as the in-memory engines (src/algorithm/gcra.rs, window.rs), in
+-- microseconds: Lua numbers are doubles, exact for integers below 2^53 (285 years of
+-- microseconds), and Redis's TIME has microsecond resolution anyway.
+--
+-- KEYS[1]  the bucket
+-- ARGV[1]  now in microseconds, or "" to read the server's TIME
+-- ARGV[2]  mode: "c" consume, "p" peek, "g" charge (take even past empty)
+-- ARGV[3]  cost
+-- ARGV[4]  strict: "1" or "0" (GCRA only)
+-- ARGV[5]  algorithm: "g" GCRA, "s" sliding window, "f" fixed window
+-- ARGV[6]  number of quotas n, then n triples:
+--          GCRA: interval (us), capacity = burst x interval (us), burst
+--          windows: period (us), limit (count per period), 0
+--
+-- State (a string, one key per bucket): algorithm, n, then per quota four numbers:
+--   GCRA: interval, TAT, 0, 0        windows: period, window start, previous, current
+-- A state measured by other quotas or another algorithm (a reload changed the rule) is
+-- carried over: the units a client used stay used.
+--
+-- Reply: { allowed (1/0), reset (ns), then per quota three numbers }
+--   GCRA: debt (ns), retry (ns), 0
+--   windows: remaining, next (ns; -1 never), retry (ns; -1 never)
+-- Durations are replied in nanoseconds, computed relative to now so that they stay exact
+-- (a window's crossing time is a fraction of a microsecond, as in memory).
+-- The key expires when the bucket would be full again; a full bucket is deleted.
+
+local now
+if ARGV[1] == "" then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local mode, cost, strict, alg = ARGV[2], tonumber(ARGV[3]), ARGV[4] == "1", ARGV[5]
+local n = tonumber(ARGV[6])
+local q = {}
+for i = 1, n do
+  local base = 6 + (i - 1) * 3
+  q[i] = { a = tonumber(ARGV[base + 1]), b = tonumber(ARGV[base + 2]), c = tonumber(ARGV[base + 3]) }
+end
+local NEVER = -1
+
+-- The stored state, if any.
+local old = nil
+local stored = redis.call("GET", KEYS[1])
+if stored then
+  local words = {}
+  for w in string.gmatch(stored, "%S+") do
+    words[#words + 1] = w
+  end
+  local m = tonumber(words[2]) or 0
+  if #words == 2 + 4 * m then
+    old = { alg = words[1], n = m, q = {} }
+    for i = 1, m do
+      local at = 2 + (i - 1) * 4
+      old.q[i] = {
+        tag = tonumber(words[at + 1]), x = tonumber(words[at + 2]),
+        y = tonumber(words[at + 3]), z = tonumber(words[at + 4]),
+      }
+    end
+  end
+end
+
+-- Units a stored quota has used as of now, whatever measured it.
+local function used(o)
+  if old.alg == "g" then
+    return math.max(o.x - now, 0) / math.max(o.tag, 1)
+  end
+  local p = math.max(o.tag, 1)
+  local window = now - now % p
+  if window == o.x then
+    local weight = 0
+    if old.alg == "s" then weight = (p - (now - window)) / p end
+    return o.y * weight + o.z
+  elseif old.alg == "s" and window == o.x + p then
+    return o.z * (p - (now - window)) / p
+  end
+  return 0
+end
+
+-- This request's state: what is stored, carried over, or fresh.
+local s = {}
+local fits = old ~= nil and old.alg == alg and old.n == n
+if fits then
+  for i = 1, n do
+    if old.q[i].tag ~= q[i].a then fits = false end
+  end
+end
+for i = 1, n do
+  s[i] = { x = 0, y = 0, z = 0 }
+end
+if fits then
+  for i = 1, n do
+    s[i] = { x = old.q[i].x, y = old.q[i].y, z = old.q[i].z }
+  end
+elseif old ~= nil and alg == "g" and old.alg == "g" then
+  -- Within GCRA: each quota inherits from the old quota of the closest interval.
+  for i = 1, n do
+    local best, best_distance = nil, nil
+    for j = 1, old.n do
+      local a, b = old.q[j].tag, q[i].a
+      local small, large = math.min(a, b), math.max(a, b)
+      local distance = math.floor(large * 1000000 / math.max(small, 1))
+      if best_distance == nil or distance < best_distance then
+        best, best_distance = old.q[j], distance
+      end
+    end
+    if best ~= nil and best.x > now and best.tag > 0 then
+      s[i].x = now + math.floor((best.x - now) * q[i].a / best.tag)
+    end
+  end
+elseif old ~= nil then
+  -- Across algorithms: quota i inherits from old quota i, or the last one.
+  for i = 1, n do
+    local o = old.q[math.min(i, old.n)]
+    local units = o and used(o) or 0
+    if units > 0 then
+      if alg == "g" then
+        s[i].x = now + math.floor(units * q[i].a)
+      else
+        s[i].x = now - now % q[i].a
+        s[i].z = math.ceil(units)
+      end
+    end
+  end
+end
+
+local reply = {}
+local allowed = true
+local reset = 0
+
+if alg == "g" then
+  local function refuses(i)
+    return math.max(s[i].x, now) + cost * q[i].a - now > q[i].b
+  end
+  for i = 1, n do
+    if refuses(i) then allowed = false end
+  end
+  if not allowed and strict and mode == "c" then
+    for i = 1, n do
+      if refuses(i) then
+        local held = math.max(now + q[i].a + q[i].b - cost * q[i].a, 0)
+        s[i].x = math.max(s[i].x, held)
+      end
+    end
+  end
+  local take = (mode == "c" and allowed) or mode == "g"
+  for i = 1, n do
+    local start = math.max(s[i].x, now)
+    local taken = start + cost * q[i].a
+    local state = start
+    if take then
+      state = taken
+      s[i].x = taken
+    end
+    local debt = state - now
+    reset = math.max(reset, debt)
+    local retry = 0
+    if not allowed then retry = math.max(taken - q[i].b - now, 0) end
+    reply[#reply + 1] = math.floor(debt * 1000 + 0.5)
+    reply[#reply + 1] = math.floor(retry * 1000 + 0.5)
+    reply[#reply + 1] = 0
+  end
+else
+  local fixed = alg == "f"
+  -- The counter rolled forward into now's window, and the elapsed time into it.
+  local function roll(c, p)
+    local window = now - now % p
+    if c.x == 0 or window >= c.x + 2 * p then
+      return { x = window, y = 0, z = 0 }, now - window
+    end
+    if window == c.x + p then
+      return { x = window, y = c.z, z = 0 }, now - window
+    end
+    return { x = c.x, y = c.y, z = c.z }, math.min(math.max(now - c.x, 0), p - 1)
+  end
+  local function scaled(c, e, p)
+    if fixed then return c.z * p end
+    return c.y * (p - e) + c.z * p
+  end
+  -- Nanoseconds from now until the estimate is at most target units (NEVER if never).
+  local function until_at_most(c, target, p)
+    if target < 0 then return NEVER end
+    local P = p * 1000
+    local start = (c.x - now) * 1000
+    if c.z <= target then
+      if fixed or c.y == 0 then return 0 end
+      local room = math.floor((target - c.z) * P / c.y)
+      return math.max(start + P - math.min(room, P), 0)
+    end
+    if fixed then return math.max(start + P, 0) end
+    return math.max(start + 2 * P - math.min(math.floor(target * P / c.z), P), 0)
+  end
+  for i = 1, n do
+    local c, e = roll(s[i], q[i].a)
+    if scaled(c, e, q[i].a) + cost * q[i].a > q[i].b * q[i].a then allowed = false end
+  end
+  local take = (mode == "c" and allowed) or mode == "g"
+  for i = 1, n do
+    local p, limit = q[i].a, q[i].b
+    local c, e = roll(s[i], p)
+    if take then c.z = c.z + cost end
+    if mode ~= "p" then s[i] = c end
+    local remaining = math.floor(math.max(limit * p - scaled(c, e, p), 0) / p)
+    local next = 0
+    if remaining < limit then next = until_at_most(c, limit - remaining - 1, p) end
+    local retry = 0
+    if not allowed then retry = until_at_most(c, limit - cost, p) end
+    local full = until_at_most(c, 0, p)
+    if full == NEVER then reset = NEVER elseif reset ~= NEVER then reset = math.max(reset, full) end
+    reply[#reply + 1] = remaining
+    reply[#reply + 1] = next
+    reply[#reply + 1] = retry
+  end
+end
+
+-- Keep the state until the bucket would be full again; a full bucket is a missing one.
+if mode ~= "p" then
+  local refills = 0
+  local parts = { alg, tostring(n) }
+  for i = 1, n do
+    local p = q[i].a
+    local left = 0
+    if alg == "g" then
+      left = s[i].x - now
+    elseif alg == "s" then
+      if s[i].y > 0 or s[i].z > 0 then left = s[i].x + 2 * p - now end
+    elseif s[i].z > 0 then
+      left = s[i].x + p - now
+    end
+    refills = math.max(refills, left)
+    parts[#parts + 1] = string.format("%.17g %.17g %.17g %.17g", p, s[i].x, s[i].y, s[i].z)
+  end
+  if refills > 0 then
+    redis.call("SET", KEYS[1], table.concat(parts, " "), "PX", math.max(math.ceil(refills / 1000), 1))
+  elseif stored then
+    redis.call("DEL", KEYS[1])
+  end
+end
+
+if alg == "g" then reset = math.floor(reset * 1000 + 0.5) end
+table.insert(reply, 1, reset)
+table.insert(reply, 1, allowed and 1 or 0)
+return reply

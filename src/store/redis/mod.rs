@@ -1,0 +1,701 @@
+//! Buckets in Redis, so several instances share one budget (SPEC §7).
+//!
+//! Every decision is one `EVALSHA` of one Lua script (`decide.lua`): it reads the bucket,
+//! decides every quota of the rule, and writes the bucket back atomically — one round trip
+//! whatever the algorithm or the number of quotas. The script is sent by hash; a server
+//! that does not know it (restarted, `SCRIPT FLUSH`ed) answers `NOSCRIPT` and the `redis`
+//! crate loads it and retries, transparently. Time is the Redis server's `TIME`, so
+//! instances with skewed clocks agree. Each bucket key expires when the bucket would be
+//! full again, so idle buckets vanish by themselves and nothing needs sweeping. Keys are
+//! hash-tagged for Redis Cluster (see `keys`).
+//!
+//! # The arithmetic
+//!
+//! The script is the in-memory engines' arithmetic (`src/algorithm/`) transcribed to Lua,
+//! in microseconds: Lua's numbers are doubles, exact for integers below 2⁵³, and `TIME`
+//! has microsecond resolution. For rates whose emission interval is a whole number of
+//! microseconds (`10/s`, `100/min`, `5/h`, …) decisions are identical to the in-memory
+//! store's, which the shared test matrix checks; others agree to the microsecond. State
+//! carries over across reloads that change a rule, as in memory.
+//!
+//! # When Redis fails
+//!
+//! Each decision waits at most `[store] timeout` (default 50 ms). A failure or timeout
+//! applies `on_backend_error`: `local` (the default) decides with this instance's own
+//! in-memory buckets — the limit still holds, per instance, rather than opening the gates
+//! to whoever caused the outage or refusing everyone for a fault that is not theirs;
+//! `allow` admits; `deny` refuses with a 429. Never a 500. After `breaker_failures`
+//! failures in a row a circuit breaker skips Redis for `breaker_cooldown`, then lets one
+//! decision probe it; recovery is automatic. Failures are counted
+//! (`tollgate_backend_errors_total`, `tollgate_backend_fallbacks_total`,
+//! `tollgate_backend_breaker_open`) and logged at most once every few seconds.
+//!
+//! # Runtime
+//!
+//! Decisions are futures that need a tokio runtime with timers (the gateway's, axum's,
+//! hyper's). Outside one, `on_backend_error` applies, loudly, rather than panicking.
+//!
+//! ```no_run
+//! use tollgate::store::RedisStore;
+//! use tollgate::Limits;
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = "[store]\nbackend = \"redis\"\n[limits]\n\"/\" = \"100/min\"\n";
+//! let settings = tollgate::config::RedisSettings::default();
+//! let limits = Limits::builder()
+//!     .store(RedisStore::new(&settings)?)
+//!     .from_toml(config)?;
+//! let decision = limits.check("api/203.0.113.7", 1).await?;
+//! assert!(decision.allowed());
+//! # Ok(())
+//! # }
+//! ```
+
+mod breaker;
+mod keys;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use self::breaker::Breaker;
+use self::keys::{RuleKeys, parse_bucket_key};
+use super::{
+    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, MemoryStore, RuleId,
+    Store, StoreError, TopRows,
+};
+use crate::Quota;
+use crate::algorithm::{Algorithm, keep_most_restrictive};
+use crate::clock::Timestamp;
+use crate::config::{Limit, OnBackendError, RedisSettings, RuleSet};
+use crate::decision::Decision;
+use crate::key::Client;
+
+/// The decision script: see the module docs.
+const SCRIPT: &str = include_str!("decide.lua");
+/// The most keys one `/buckets` listing examines.
+const MAX_LISTED: usize = 10_000;
+/// Failures are logged at most once per this many seconds.
+const LOG_EVERY_SECS: u64 = 5;
+
+/// The Redis bucket store: cheap to clone, every clone the same store.
+///
+/// ```
+/// use tollgate::config::RedisSettings;
+/// use tollgate::store::RedisStore;
+///
+/// // Nothing connects until the first decision.
+/// let store = RedisStore::new(&RedisSettings::default())?;
+/// assert!(!store.breaker_open());
+/// # Ok::<(), tollgate::store::StoreError>(())
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: redis::Client,
+    connections: tokio::sync::OnceCell<Vec<ConnectionManager>>,
+    turn: AtomicUsize,
+    script: redis::Script,
+    settings: ArcSwap<RedisSettings>,
+    rules: ArcSwap<RuleKeys>,
+    /// The ids of the rule set configured last, whose keys the next generation keeps.
+    current: Mutex<Vec<RuleId>>,
+    breaker: Breaker,
+    local: MemoryStore,
+    caller_time: AtomicBool,
+    errors: metrics::Counter,
+    fallbacks: metrics::Counter,
+    last_log: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+/// A decision on its way back from Redis.
+pub type RedisFuture = Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
+
+impl RedisStore {
+    /// A store for the server `settings.url` names. Nothing connects yet: the first
+    /// decision does, inside the caller's tokio runtime. Fails only on a malformed URL.
+    pub fn new(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
+        let client =
+            redis::Client::open(settings.url.as_str()).map_err(|error| StoreError::Invalid {
+                reason: format!("Redis URL \"{}\": {error}", settings.url),
+            })?;
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                client,
+                connections: tokio::sync::OnceCell::new(),
+                turn: AtomicUsize::new(0),
+                script: redis::Script::new(SCRIPT),
+                settings: ArcSwap::from_pointee(settings.clone()),
+                rules: ArcSwap::from_pointee(RuleKeys::default()),
+                current: Mutex::new(Vec::new()),
+                breaker: Breaker::new(),
+                local: MemoryStore::new(),
+                caller_time: AtomicBool::new(false),
+                errors: metrics::counter!("tollgate_backend_errors_total"),
+                fallbacks: metrics::counter!("tollgate_backend_fallbacks_total"),
+                last_log: AtomicU64::new(0),
+                suppressed: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Decides at the time each request carries (the limiter's clock, or `check_at`'s
+    /// timestamp) instead of the Redis server's `TIME`. For tests and for replaying
+    /// recorded traffic; instances sharing live traffic should keep the server's time.
+    pub fn use_caller_time(&self, caller_time: bool) {
+        self.inner.caller_time.store(caller_time, Ordering::Relaxed);
+    }
+
+    /// The in-memory buckets `on_backend_error = "local"` decides with.
+    pub fn local(&self) -> &MemoryStore {
+        &self.inner.local
+    }
+
+    /// Whether the circuit breaker is open: decisions are skipping Redis.
+    pub fn breaker_open(&self) -> bool {
+        self.inner.breaker.is_open()
+    }
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("url", &self.inner.settings.load().url)
+            .field("breaker_open", &self.breaker_open())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a decision needs after the caller's borrowed request is gone (for a fallback).
+struct OwnedRequest {
+    rule: RuleId,
+    client: Option<Client<'static>>,
+    quotas: Vec<Quota>,
+    cost: u64,
+    algorithm: Algorithm,
+    strict: bool,
+    now: Timestamp,
+    mode: CheckMode,
+}
+
+impl OwnedRequest {
+    fn new(request: &CheckRequest<'_>) -> OwnedRequest {
+        OwnedRequest {
+            rule: request.bucket.rule,
+            client: request.bucket.client.map(|c| c.clone().into_owned()),
+            quotas: request.quotas.to_vec(),
+            cost: request.cost,
+            algorithm: request.algorithm,
+            strict: request.strict,
+            now: request.now,
+            mode: request.mode,
+        }
+    }
+
+    fn as_check(&self) -> CheckRequest<'_> {
+        CheckRequest {
+            bucket: BucketRef {
+                rule: self.rule,
+                client: self.client.as_ref(),
+            },
+            quotas: &self.quotas,
+            cost: self.cost,
+            algorithm: self.algorithm,
+            strict: self.strict,
+            now: self.now,
+            mode: self.mode,
+        }
+    }
+}
+
+/// Microseconds as the script reads them: exact, fractions included.
+fn micros(nanos: u64) -> String {
+    if nanos.is_multiple_of(1_000) {
+        (nanos / 1_000).to_string()
+    } else {
+        (nanos as f64 / 1_000.0).to_string()
+    }
+}
+
+/// The script's arguments for a decision of `quotas` at `now` (`None`: the server's time).
+fn script_args(
+    now: Option<Timestamp>,
+    mode: CheckMode,
+    cost: u64,
+    strict: bool,
+    algorithm: Algorithm,
+    quotas: &[Quota],
+) -> Vec<String> {
+    let mut args = Vec::with_capacity(6 + 3 * quotas.len());
+    args.push(now.map_or_else(String::new, |t| (t.as_unix_nanos() / 1_000).to_string()));
+    args.push(
+        match mode {
+            CheckMode::Consume => "c",
+            CheckMode::Peek => "p",
+            CheckMode::Charge => "g",
+        }
+        .to_owned(),
+    );
+    args.push(cost.to_string());
+    args.push(if strict { "1" } else { "0" }.to_owned());
+    args.push(
+        match algorithm {
+            Algorithm::Gcra => "g",
+            Algorithm::SlidingWindow => "s",
+            Algorithm::FixedWindow => "f",
+        }
+        .to_owned(),
+    );
+    args.push(quotas.len().to_string());
+    for quota in quotas {
+        match algorithm {
+            Algorithm::Gcra => {
+                args.push(micros(quota.interval_nanos()));
+                args.push(micros(quota.capacity_nanos()));
+                args.push(quota.burst().to_string());
+            }
+            Algorithm::SlidingWindow | Algorithm::FixedWindow => {
+                args.push(micros(quota.period_nanos()));
+                args.push(quota.rate().count().to_string());
+                args.push("0".to_owned());
+            }
+        }
+    }
+    args
+}
+
+/// The script's reply, as a [`Decision`] described exactly as the in-memory engines do.
+fn decision_from(
+    reply: &[i64],
+    algorithm: Algorithm,
+    quotas: &[Quota],
+) -> Result<Decision, StoreError> {
+    if reply.len() != 2 + 3 * quotas.len() {
+        return Err(StoreError::Unavailable {
+            reason: format!("unexpected reply from the decision script: {reply:?}"),
+        });
+    }
+    // Nanoseconds; -1 means "never".
+    let nanos = |ns: i64| u64::try_from(ns).unwrap_or(u64::MAX);
+    let allowed = reply[0] == 1;
+    let mut described = None;
+    for (index, (quota, figures)) in quotas.iter().zip(reply[2..].chunks_exact(3)).enumerate() {
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        let candidate = match algorithm {
+            Algorithm::Gcra => Decision::bucket(
+                allowed,
+                index,
+                u64::from(quota.burst()),
+                quota.interval_nanos(),
+                nanos(figures[0]),
+                nanos(figures[1]),
+            ),
+            Algorithm::SlidingWindow | Algorithm::FixedWindow => Decision::counted(
+                allowed,
+                index,
+                u64::from(quota.rate().count()),
+                quota.period_nanos(),
+                u64::try_from(figures[0]).unwrap_or(0),
+                nanos(figures[1]),
+                nanos(figures[2]),
+                0,
+            ),
+        };
+        keep_most_restrictive(&mut described, candidate);
+    }
+    Ok(described.map_or(Decision::unlimited(), |d| d.with_reset(nanos(reply[1]))))
+}
+
+impl Inner {
+    /// One of the multiplexed connections, in turn; made (lazily) on first use.
+    async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+        let all = self
+            .connections
+            .get_or_try_init(|| async {
+                let settings = self.settings.load();
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(settings.timeout.max(Duration::from_millis(250))))
+                    .set_response_timeout(Some(settings.timeout))
+                    .set_number_of_retries(2)
+                    .set_min_delay(Duration::from_millis(20))
+                    .set_max_delay(Duration::from_millis(500));
+                let all = (0..settings.connections.max(1))
+                    .map(|_| {
+                        ConnectionManager::new_lazy_with_config(self.client.clone(), config.clone())
+                    })
+                    .collect::<redis::RedisResult<Vec<ConnectionManager>>>()?;
+                // Loaded once up front, so decisions are one EVALSHA each; after a server
+                // restart or SCRIPT FLUSH, NOSCRIPT makes the first decision load it again.
+                if let Some(first) = all.first() {
+                    self.script.load_async(&mut first.clone()).await?;
+                }
+                Ok::<_, redis::RedisError>(all)
+            })
+            .await?;
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+        all.get(turn % all.len().max(1))
+            .cloned()
+            .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Client, "no connection")))
+    }
+
+    async fn decide(&self, key: &str, args: &[String]) -> redis::RedisResult<Vec<i64>> {
+        let mut connection = self.connection().await?;
+        let mut invocation = self.script.prepare_invoke();
+        invocation.key(key);
+        for arg in args {
+            invocation.arg(arg.as_str());
+        }
+        invocation.invoke_async(&mut connection).await
+    }
+
+    /// What a decision is when Redis cannot make it.
+    fn fallback(&self, request: &OwnedRequest, mode: OnBackendError, wait: Duration) -> Decision {
+        self.fallbacks.increment(1);
+        match mode {
+            OnBackendError::Allow => Decision::unlimited(),
+            OnBackendError::Local => self.local.decide(request.as_check()),
+            OnBackendError::Deny => {
+                let retry = u64::try_from(wait.as_nanos())
+                    .unwrap_or(u64::MAX)
+                    .max(1_000_000_000);
+                let (limit, window) =
+                    request
+                        .quotas
+                        .first()
+                        .map_or((0, 0), |q| match request.algorithm {
+                            Algorithm::Gcra => (u64::from(q.burst()), q.capacity_nanos()),
+                            _ => (u64::from(q.rate().count()), q.period_nanos()),
+                        });
+                Decision::counted(false, 0, limit, window, 0, retry, retry, retry)
+            }
+        }
+    }
+
+    /// Counts a failure and logs it, at most once every [`LOG_EVERY_SECS`].
+    fn report(&self, error: &dyn std::fmt::Display) {
+        self.errors.increment(1);
+        let now = self.breaker.now().as_secs() + LOG_EVERY_SECS;
+        let last = self.last_log.load(Ordering::Relaxed);
+        if now >= last + LOG_EVERY_SECS
+            && self
+                .last_log
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
+            tracing::warn!(
+                %error,
+                suppressed,
+                "rate-limit backend failed; on_backend_error applies"
+            );
+        } else {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Store for RedisStore {
+    type Future = RedisFuture;
+
+    fn check(&self, request: CheckRequest<'_>) -> RedisFuture {
+        let inner = Arc::clone(&self.inner);
+        let settings = inner.settings.load_full();
+        let owned = OwnedRequest::new(&request);
+        let key = inner
+            .rules
+            .load()
+            .bucket_key(&settings.key_prefix, request.bucket);
+        let in_runtime = tokio::runtime::Handle::try_current().is_ok();
+        let now = inner.breaker.now();
+        let Some(key) = key.filter(|_| in_runtime) else {
+            let reason = if in_runtime {
+                "a rule this store was not configured with"
+            } else {
+                "the Redis backend was used outside a tokio runtime"
+            };
+            inner.report(&reason);
+            let decision =
+                inner.fallback(&owned, settings.on_backend_error, settings.breaker_cooldown);
+            return Box::pin(std::future::ready(Ok(decision)));
+        };
+        if !inner.breaker.allows(now, settings.breaker_cooldown) {
+            let decision =
+                inner.fallback(&owned, settings.on_backend_error, settings.breaker_cooldown);
+            return Box::pin(std::future::ready(Ok(decision)));
+        }
+        let caller_time = inner.caller_time.load(Ordering::Relaxed);
+        let args = script_args(
+            caller_time.then_some(request.now),
+            request.mode,
+            request.cost,
+            request.strict,
+            request.algorithm,
+            request.quotas,
+        );
+        Box::pin(async move {
+            let outcome = tokio::time::timeout(settings.timeout, inner.decide(&key, &args)).await;
+            let failure = match outcome {
+                Ok(Ok(reply)) => match decision_from(&reply, owned.algorithm, &owned.quotas) {
+                    Ok(decision) => {
+                        inner.breaker.succeeded();
+                        return Ok(decision);
+                    }
+                    Err(error) => error.to_string(),
+                },
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => format!("no answer within {:?}", settings.timeout),
+            };
+            inner.breaker.failed(
+                inner.breaker.now(),
+                settings.breaker_failures,
+                settings.breaker_cooldown,
+            );
+            inner.report(&failure);
+            Ok(inner.fallback(&owned, settings.on_backend_error, settings.breaker_cooldown))
+        })
+    }
+
+    fn configure(&self, rules: &RuleSet) {
+        let inner = &self.inner;
+        let settings = &rules.store().redis;
+        let previous = inner.settings.load();
+        if previous.url != settings.url || previous.connections != settings.connections {
+            tracing::warn!("[store] url and connections apply at the next restart");
+        }
+        let mut kept = settings.clone();
+        kept.url.clone_from(&previous.url);
+        kept.connections = previous.connections;
+        inner.settings.store(Arc::new(kept));
+        let mut current = inner.current.lock();
+        let next = RuleKeys::next(rules, &inner.rules.load(), &current);
+        inner.rules.store(Arc::new(next));
+        *current = RuleKeys::ids(rules);
+        inner.local.configure(rules);
+    }
+
+    fn sweep(&self, now: Timestamp) -> usize {
+        // Redis expires its keys; only the fallback buckets need sweeping.
+        self.inner.local.sweep_idle(now)
+    }
+
+    fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move {
+            let settings = inner.settings.load_full();
+            let listing = list(&inner, &settings, &query);
+            match tokio::time::timeout(settings.timeout.max(Duration::from_secs(2)), listing).await
+            {
+                Ok(Ok(rows)) => Ok(rows),
+                Ok(Err(error)) => Err(StoreError::Unavailable {
+                    reason: error.to_string(),
+                }),
+                Err(_) => Err(StoreError::Unavailable {
+                    reason: "Redis did not answer the listing in time".into(),
+                }),
+            }
+        })
+    }
+
+    fn remove(&self, bucket: BucketRef<'_>) -> AdminFuture<bool> {
+        let inner = Arc::clone(&self.inner);
+        let settings = inner.settings.load_full();
+        let key = inner.rules.load().bucket_key(&settings.key_prefix, bucket);
+        Box::pin(async move {
+            let Some(key) = key else {
+                return Ok(false);
+            };
+            let mut connection = inner.connection().await.map_err(unavailable)?;
+            let removed: u64 = redis::cmd("DEL")
+                .arg(&key)
+                .query_async(&mut connection)
+                .await
+                .map_err(unavailable)?;
+            Ok(removed > 0)
+        })
+    }
+}
+
+fn unavailable(error: redis::RedisError) -> StoreError {
+    StoreError::Unavailable {
+        reason: error.to_string(),
+    }
+}
+
+/// `text` with Redis glob characters escaped, for `SCAN MATCH`.
+fn escape_glob(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len() + 4);
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// The `/buckets` listing: `SCAN` of this store's keys (at most [`MAX_LISTED`]), then one
+/// pipeline peeking every bucket of a known rule under the asked prefix.
+async fn list(
+    inner: &Inner,
+    settings: &RedisSettings,
+    query: &BucketQuery,
+) -> redis::RedisResult<Vec<BucketRow>> {
+    let mut connection = inner.connection().await?;
+    let pattern = format!("{}*", escape_glob(&settings.key_prefix));
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1_000)
+            .query_async(&mut connection)
+            .await?;
+        keys.extend(batch);
+        cursor = next;
+        if cursor == 0 || keys.len() >= MAX_LISTED {
+            break;
+        }
+    }
+    keys.truncate(MAX_LISTED);
+
+    struct Candidate<'r> {
+        display: String,
+        rule: &'r crate::config::Rule,
+        algorithm: Algorithm,
+        quotas: &'r [Quota],
+    }
+    let now = inner
+        .caller_time
+        .load(Ordering::Relaxed)
+        .then_some(query.now);
+    let mut pipeline = redis::pipe();
+    pipeline.cmd("SCRIPT").arg("LOAD").arg(SCRIPT).ignore();
+    let mut candidates = Vec::new();
+    for key in &keys {
+        let Some((rule_key, client)) = parse_bucket_key(&settings.key_prefix, key) else {
+            continue;
+        };
+        let Some(rule) = query.rules.get(rule_key) else {
+            continue;
+        };
+        let Limit::Limited {
+            quotas, algorithm, ..
+        } = rule.limit()
+        else {
+            continue;
+        };
+        let mut display = String::new();
+        let client = client.map_or(Client::Unknown, Client::from_segment);
+        rule.write_bucket_key(&mut display, &client);
+        if !display.starts_with(query.prefix.as_str()) {
+            continue;
+        }
+        pipeline.cmd("OBJECT").arg("IDLETIME").arg(key);
+        pipeline
+            .cmd("EVALSHA")
+            .arg(inner.script.get_hash())
+            .arg(1)
+            .arg(key)
+            .arg(script_args(
+                now,
+                CheckMode::Peek,
+                1,
+                false,
+                *algorithm,
+                quotas,
+            ));
+        candidates.push(Candidate {
+            display,
+            rule,
+            algorithm: *algorithm,
+            quotas,
+        });
+    }
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let replies: Vec<redis::Value> = pipeline.query_async(&mut connection).await?;
+    let mut top = TopRows::new(query.sort, query.limit);
+    let now_ns = query.now.as_unix_nanos();
+    for (candidate, pair) in candidates.into_iter().zip(replies.chunks_exact(2)) {
+        let idle: u64 = redis::from_redis_value_ref(&pair[0]).unwrap_or(0);
+        let Ok(reply) = redis::from_redis_value_ref::<Vec<i64>>(&pair[1]) else {
+            continue; // expired between SCAN and now, or not ours
+        };
+        let Ok(decision) = decision_from(&reply, candidate.algorithm, candidate.quotas) else {
+            continue;
+        };
+        let capacity = decision.limit().max(1);
+        let fraction = decision.remaining() as f64 / capacity as f64;
+        if query.max_fraction.is_some_and(|max| fraction > max) {
+            continue;
+        }
+        top.offer(BucketRow {
+            key: candidate.display,
+            rule: candidate.rule.name().to_owned(),
+            remaining: decision.remaining(),
+            capacity,
+            fraction,
+            last_seen: Timestamp::from_unix_nanos(
+                now_ns.saturating_sub(idle.saturating_mul(1_000_000_000)),
+            ),
+        });
+    }
+    Ok(top.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+
+    #[test]
+    fn arguments_are_exact_microseconds() {
+        let quota = Quota::new("3/s".parse().unwrap(), NonZeroU32::new(3).unwrap()).unwrap();
+        let args = script_args(
+            Some(Timestamp::from_unix_nanos(1_500_000_999)),
+            CheckMode::Charge,
+            2,
+            true,
+            Algorithm::Gcra,
+            &[quota],
+        );
+        assert_eq!(
+            args,
+            [
+                "1500000",
+                "g",
+                "2",
+                "1",
+                "g",
+                "1",
+                "333333.333",
+                "999999.999",
+                "3"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_malformed_reply_is_an_error_not_a_decision() {
+        let quota = Quota::new("3/s".parse().unwrap(), NonZeroU32::new(3).unwrap()).unwrap();
+        assert!(decision_from(&[1, 0], Algorithm::Gcra, &[quota]).is_err());
+        let decision =
+            decision_from(&[0, 2_000, 1_000, 500, 0], Algorithm::Gcra, &[quota]).unwrap();
+        assert!(!decision.allowed());
+        assert_eq!(decision.retry_after(), Duration::from_nanos(500));
+    }
+}

@@ -1,0 +1,460 @@
+//! The Redis backend against a real `redis-server` (started per test, stopped by PID).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tollgate::clock::FakeClock;
+use tollgate::store::{BackendStore, BucketQuery, BucketSort, MemoryStore, Store};
+use tollgate::{Decision, Limits};
+
+use crate::support::redis::RedisServer;
+
+/// A `[store]` table putting buckets in `server` under their own prefix.
+fn store_table(server: &RedisServer, prefix: &str, extra: &str) -> String {
+    format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}:\"\n{extra}\n",
+        server.url()
+    )
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+}
+
+/// One step of a scenario.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// Let this many milliseconds pass.
+    Wait(u64),
+    /// `check(key, cost)`.
+    Check(&'static str, u64),
+    /// `peek(key)`.
+    Peek(&'static str),
+    /// Replace the `[limits]` table and reload.
+    Reload(&'static str),
+}
+
+use Step::{Check, Peek, Reload, Wait};
+
+/// The shared test matrix: each scenario is a `[limits]` table and a sequence of steps.
+fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
+    let knock = |key: &'static str, times: usize, every: u64| {
+        (0..times)
+            .flat_map(move |_| [Check(key, 1), Wait(every)])
+            .collect::<Vec<_>>()
+    };
+    vec![
+        (
+            "gcra: burst, refill, separate clients",
+            "\"/\" = \"5/s\"\n",
+            [
+                knock("10.0.0.1", 7, 0),
+                vec![Wait(200), Check("10.0.0.1", 1), Check("10.0.0.1", 1)],
+                vec![Check("10.0.0.2", 1), Wait(1_000), Peek("10.0.0.1")],
+                knock("10.0.0.1", 8, 90),
+            ]
+            .concat(),
+        ),
+        (
+            "gcra: a burst smaller than the rate, and costs",
+            "\"/\" = { rate = \"10/min\", burst = 3 }\n",
+            vec![
+                Check("a", 2),
+                Check("a", 2),
+                Check("a", 1),
+                Wait(6_000),
+                Check("a", 1),
+                Check("a", 3),
+                Wait(18_000),
+                Check("a", 3),
+                Peek("a"),
+            ],
+        ),
+        (
+            "gcra: strict holds the refill back",
+            "\"/\" = { rate = \"2/s\", strict = true }\n",
+            [knock("s", 12, 100), vec![Wait(600)], knock("s", 3, 500)].concat(),
+        ),
+        (
+            "gcra: several quotas, all or nothing",
+            "\"/\" = { rate = [\"4/s\", \"10/min\"] }\n",
+            [knock("m", 5, 0), vec![Wait(1_000)], knock("m", 12, 400)].concat(),
+        ),
+        (
+            "sliding window",
+            "\"/\" = { rate = \"4/s\", algorithm = \"sliding-window\" }\n",
+            [knock("w", 6, 0), knock("w", 12, 125), vec![Peek("w")]].concat(),
+        ),
+        (
+            "fixed window",
+            "\"/\" = { rate = \"3/s\", algorithm = \"fixed-window\" }\n",
+            [knock("f", 5, 0), vec![Wait(700)], knock("f", 5, 150)].concat(),
+        ),
+        (
+            "global bucket, and a window rule with cost",
+            "\"/\" = { rate = \"4/s\", per = \"global\" }\n\
+             bulk = { rate = \"10/min\", algorithm = \"sliding-window\" }\n",
+            vec![
+                Check("x", 1),
+                Check("y", 1),
+                Check("z", 1),
+                Check("x", 1),
+                Check("y", 1),
+                Check("bulk/x", 4),
+                Check("bulk/x", 4),
+                Check("bulk/x", 4),
+                Wait(30_000),
+                Check("bulk/x", 4),
+                Peek("bulk/x"),
+            ],
+        ),
+        (
+            "reloads carry consumption over: rate, quotas, algorithm",
+            "\"/\" = \"10/min\"\n",
+            vec![
+                Check("r", 6),
+                Reload("\"/\" = \"5/min\"\n"),
+                Check("r", 1),
+                Peek("r"),
+                Reload("\"/\" = { rate = [\"10/min\", \"100/h\"] }\n"),
+                Check("r", 1),
+                Reload("\"/\" = { rate = \"10/min\", algorithm = \"fixed-window\" }\n"),
+                Check("r", 1),
+                Peek("r"),
+            ],
+        ),
+    ]
+}
+
+/// Runs `steps` against `limits`, stepping `clock`; every decision in order.
+async fn run<St: Store>(
+    limits: &Limits<St>,
+    clock: &FakeClock,
+    config: &Path,
+    store: &str,
+    steps: &[Step],
+) -> Vec<(String, Decision)> {
+    let mut decisions = Vec::new();
+    for step in steps {
+        match *step {
+            Wait(ms) => clock.advance(Duration::from_millis(ms)),
+            Check(key, cost) => {
+                let decision = limits.check(key, cost).await.unwrap();
+                decisions.push((format!("{step:?}"), decision));
+            }
+            Peek(key) => decisions.push((format!("{step:?}"), limits.peek(key).await.unwrap())),
+            Reload(rules) => {
+                write(config, &format!("{store}[limits]\n{rules}"));
+                limits.reload().unwrap();
+            }
+        }
+    }
+    decisions
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_and_redis_decide_alike() {
+    let Some(server) = RedisServer::start("memory_and_redis_decide_alike") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (index, (name, rules, steps)) in scenarios().into_iter().enumerate() {
+        let store = store_table(&server, &format!("matrix{index}"), "timeout = \"2s\"");
+
+        let memory_config = dir.path().join(format!("memory{index}.toml"));
+        write(&memory_config, &format!("[limits]\n{rules}"));
+        let memory_clock = FakeClock::new();
+        let memory = Limits::builder()
+            .store(MemoryStore::new())
+            .clock(memory_clock.clone())
+            .load([&memory_config])
+            .unwrap();
+
+        let redis_config = dir.path().join(format!("redis{index}.toml"));
+        write(&redis_config, &format!("{store}[limits]\n{rules}"));
+        let redis_clock = FakeClock::new();
+        let redis = Limits::builder()
+            .store(BackendStore::new())
+            .clock(redis_clock.clone())
+            .load([&redis_config])
+            .unwrap();
+        let backend = redis.store().redis().expect("the config names Redis");
+        // The stepped clock's time, not the server's, so both stores see the same instants.
+        backend.use_caller_time(true);
+
+        let expected = run(&memory, &memory_clock, &memory_config, "", &steps).await;
+        let actual = run(&redis, &redis_clock, &redis_config, &store, &steps).await;
+        assert!(
+            !backend.breaker_open() && backend.local().is_empty(),
+            "{name}: every decision came from Redis"
+        );
+        assert!(
+            expected.iter().any(|(_, d)| !d.allowed()),
+            "{name}: the scenario reaches a denial"
+        );
+        for ((step, want), (_, got)) in expected.iter().zip(&actual) {
+            assert_eq!(want, got, "{name}: {step}");
+        }
+        assert_eq!(expected.len(), actual.len());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_one_budget_under_concurrent_load_in_one_round_trip_each() {
+    let Some(server) = RedisServer::start("two_instances_share_one_budget") else {
+        return;
+    };
+    let config = format!(
+        "{}[limits]\n\"/\" = {{ rate = \"100/h\", burst = 50 }}\n",
+        store_table(&server, "shared", "timeout = \"2s\"")
+    );
+    let instance = || {
+        Limits::builder()
+            .store(BackendStore::new())
+            .from_toml(&config)
+            .unwrap()
+    };
+    let (a, b) = (instance(), instance());
+    let evalsha_before = server.command_calls("evalsha");
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for limits in [a.clone(), b.clone(), a.clone(), b.clone(), a, b] {
+        let admitted = Arc::clone(&admitted);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..40 {
+                let decision = limits.check("203.0.113.7", 1).await.unwrap();
+                if decision.allowed() {
+                    admitted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            limits
+        }));
+    }
+    let mut instances = Vec::new();
+    for task in tasks {
+        instances.push(task.await.unwrap());
+    }
+    for limits in &instances {
+        let redis = limits.store().redis().unwrap();
+        assert!(
+            !redis.breaker_open() && redis.local().is_empty(),
+            "no fallback"
+        );
+    }
+    assert_eq!(
+        admitted.load(Ordering::Relaxed),
+        50,
+        "240 requests through two instances, one budget of 50"
+    );
+    // One round trip per decision: the script is loaded once per store, then called by hash.
+    let calls = server.command_calls("evalsha") - evalsha_before;
+    assert_eq!(calls, 240, "EVALSHA calls for 240 decisions");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_with_skewed_clocks_agree_on_the_servers_time() {
+    let Some(server) = RedisServer::start("instances_with_skewed_clocks_agree") else {
+        return;
+    };
+    let config = format!(
+        "{}[limits]\n\"/\" = \"3/min\"\n",
+        store_table(&server, "skew", "")
+    );
+    let behind = FakeClock::new();
+    let ahead = FakeClock::new();
+    ahead.advance(Duration::from_secs(365 * 86_400));
+    let make = |clock: &FakeClock| {
+        Limits::builder()
+            .store(BackendStore::new())
+            .clock(clock.clone())
+            .from_toml(&config)
+            .unwrap()
+    };
+    let (a, b) = (make(&behind), make(&ahead));
+    assert!(a.check("c", 2).await.unwrap().allowed());
+    assert!(b.check("c", 1).await.unwrap().allowed());
+    assert!(
+        !b.check("c", 1).await.unwrap().allowed(),
+        "a year of clock skew does not hand out a fresh budget"
+    );
+    assert!(!a.check("c", 1).await.unwrap().allowed());
+}
+
+/// Kills Redis under load and checks `mode`'s promise, then restarts it and waits for
+/// decisions to come from Redis again.
+async fn outage(mode: &str) -> Option<(Vec<bool>, Duration)> {
+    let mut server = RedisServer::start(&format!("outage_{mode}"))?;
+    let config = format!(
+        "{}[limits]\n\"/\" = \"2/min\"\n",
+        store_table(
+            &server,
+            "outage",
+            &format!(
+                "timeout = \"100ms\"\nbreaker_failures = 2\nbreaker_cooldown = \"200ms\"\n\
+                 on_backend_error = \"{mode}\""
+            ),
+        )
+    );
+    let limits = Limits::builder()
+        .store(BackendStore::new())
+        .from_toml(&config)
+        .unwrap();
+    let redis = limits.store().redis().unwrap().clone();
+    assert!(limits.check("before", 2).await.unwrap().allowed());
+    assert!(!limits.check("before", 1).await.unwrap().allowed());
+
+    server.kill();
+    let mut during = Vec::new();
+    for _ in 0..20 {
+        // Never an error: a client never sees a 500 because of Redis.
+        during.push(limits.check("during", 1).await.unwrap().allowed());
+    }
+    assert!(redis.breaker_open(), "{mode}: the breaker opened");
+
+    server.restart();
+    let restarted = Instant::now();
+    let deadline = restarted + Duration::from_secs(10);
+    loop {
+        let decision = limits.check("after", 1).await.unwrap();
+        if !redis.breaker_open() && server.command_calls("evalsha") > 0 {
+            assert!(decision.allowed());
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{mode}: Redis was not used again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Some((during, restarted.elapsed()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_with_allow_admits_and_recovers() {
+    let Some((during, resumed)) = outage("allow").await else {
+        return;
+    };
+    assert!(during.iter().all(|&a| a), "{during:?}");
+    eprintln!("allow: decisions came from Redis again {resumed:?} after its restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_with_deny_refuses_and_recovers() {
+    let Some((during, resumed)) = outage("deny").await else {
+        return;
+    };
+    assert!(during.iter().all(|&a| !a), "{during:?}");
+    eprintln!("deny: decisions came from Redis again {resumed:?} after its restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_with_local_limits_each_instance_and_recovers() {
+    let Some((during, resumed)) = outage("local").await else {
+        return;
+    };
+    let admitted = during.iter().filter(|&&a| a).count();
+    assert_eq!(admitted, 2, "the local buckets enforce 2/min: {during:?}");
+    eprintln!("local: decisions came from Redis again {resumed:?} after its restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_script_cache_is_reloaded_transparently() {
+    let Some(server) = RedisServer::start("a_flushed_script_cache_is_reloaded") else {
+        return;
+    };
+    let config = format!(
+        "{}[limits]\n\"/\" = \"5/min\"\n",
+        store_table(&server, "flush", "")
+    );
+    let limits = Limits::builder()
+        .store(BackendStore::new())
+        .from_toml(&config)
+        .unwrap();
+    let mut admitted = 0;
+    for round in 0..3 {
+        for _ in 0..2 {
+            if limits.check("k", 1).await.unwrap().allowed() {
+                admitted += 1;
+            }
+        }
+        if round == 0 {
+            assert_eq!(server.command("SCRIPT FLUSH").as_deref(), Some("+OK"));
+        }
+    }
+    let redis = limits.store().redis().unwrap();
+    assert!(
+        redis.local().is_empty(),
+        "nothing fell back to local buckets"
+    );
+    assert_eq!(
+        admitted, 5,
+        "six requests, one budget of five, kept in Redis"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bucket_listing_and_forgiving_work_on_redis() {
+    let Some(server) = RedisServer::start("the_bucket_listing_works_on_redis") else {
+        return;
+    };
+    let config = format!(
+        "{}[limits]\n\"/\" = \"10/min\"\nlogin = \"4/min\"\nexport = {{ rate = \"5/s\", per = \"global\" }}\n",
+        store_table(&server, "listing", "")
+    );
+    let limits = Limits::builder()
+        .store(BackendStore::new())
+        .from_toml(&config)
+        .unwrap();
+    for (key, cost) in [
+        ("login/10.0.0.1", 3),
+        ("login/10.0.0.2", 1),
+        ("login/10.0.0.3", 2),
+        ("other/10.0.0.1", 1),
+        ("export/anyone", 1),
+    ] {
+        assert!(limits.check(key, cost).await.unwrap().allowed());
+    }
+    let query = |prefix: &str, max: Option<f64>| {
+        let mut query = BucketQuery::new(limits.rules().clone(), limits.now());
+        query.prefix = prefix.into();
+        query.max_fraction = max;
+        query.sort = BucketSort::Key;
+        query
+    };
+    let keys = |rows: Vec<tollgate::store::BucketRow>| {
+        rows.into_iter().map(|row| row.key).collect::<Vec<_>>()
+    };
+    let below_half = limits
+        .store()
+        .buckets(query("login/", Some(0.5)))
+        .await
+        .unwrap();
+    assert_eq!(keys(below_half), ["login/10.0.0.1", "login/10.0.0.3"]);
+    let all = limits.store().buckets(query("", None)).await.unwrap();
+    assert_eq!(
+        keys(all),
+        [
+            "10.0.0.1",
+            "export",
+            "login/10.0.0.1",
+            "login/10.0.0.2",
+            "login/10.0.0.3"
+        ]
+    );
+
+    let rules = limits.rules();
+    let client = tollgate::key::Client::from_segment("10.0.0.1");
+    let bucket = tollgate::store::BucketRef {
+        rule: rules.get("login").unwrap().id(),
+        client: Some(&client),
+    };
+    assert!(limits.store().remove(bucket).await.unwrap());
+    assert!(!limits.store().remove(bucket).await.unwrap());
+    assert_eq!(
+        limits.peek("login/10.0.0.1").await.unwrap().remaining(),
+        4,
+        "forgiven"
+    );
+}

@@ -1,0 +1,136 @@
+//! A real `redis-server` for a test: on a free loopback port, no persistence, stopped by
+//! its PID when dropped. Where Debian's `redis-server` is not installed the test says so
+//! loudly and skips — unless `CI=true`, where it fails.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+}
+
+/// `redis-server`'s path, if installed (`REDIS_SERVER` overrides).
+fn binary() -> Option<String> {
+    if let Ok(path) = std::env::var("REDIS_SERVER") {
+        return Some(path);
+    }
+    ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .map(str::to_owned)
+}
+
+impl RedisServer {
+    /// Starts a server, or returns `None` after saying why the calling test skips.
+    pub fn start(test: &str) -> Option<RedisServer> {
+        let Some(binary) = binary() else {
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "redis-server is required under CI (apt-get install redis-server)"
+            );
+            eprintln!(
+                "SKIPPED {test}: redis-server is not installed (apt-get install redis-server)"
+            );
+            return None;
+        };
+        let port = free_port();
+        let mut server = RedisServer { child: None, port };
+        server.spawn(&binary);
+        Some(server)
+    }
+
+    fn spawn(&mut self, binary: &str) {
+        let child = Command::new(binary)
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.command("PING").as_deref() == Some("+PONG") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not answer on port {}", self.port);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL, by PID), as an outage would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        let binary = binary().expect("it ran before");
+        self.spawn(&binary);
+    }
+
+    /// Sends one inline command and returns the first line of the reply.
+    pub fn command(&self, command: &str) -> Option<String> {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        stream.write_all(format!("{command}\r\n").as_bytes()).ok()?;
+        let mut reply = [0u8; 4096];
+        let n = stream.read(&mut reply).ok()?;
+        let text = String::from_utf8_lossy(&reply[..n]);
+        Some(text.lines().next().unwrap_or("").to_owned())
+    }
+
+    /// A field of `INFO commandstats`' line for `command` (e.g. `calls`).
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).unwrap();
+        stream.write_all(b"INFO commandstats\r\n").unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut text = String::new();
+        let mut buffer = [0u8; 16384];
+        while let Ok(n) = stream.read(&mut buffer) {
+            if n == 0 {
+                break;
+            }
+            text.push_str(&String::from_utf8_lossy(&buffer[..n]));
+            if text.ends_with("\r\n\r\n") || text.matches("\r\n").count() > 2 && n < buffer.len() {
+                break;
+            }
+        }
+        let prefix = format!("cmdstat_{command}:calls=");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free loopback port")
+}
