@@ -268,3 +268,28 @@ impl StoreSettings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_bad_store_setting_is_reported_with_its_place() {
+        let text = "[store]\nbackend = \"etcd\"\nurl = \"http://x\"\nkey_prefix = \"a{b}\"\n\
+                    timeout = \"soon\"\nconnections = 0\non_backend_error = \"panic\"\n\
+                    breaker_failures = -1\n[limits]\n\"/\" = \"1/s\"\n";
+        let error = crate::Limits::from_toml(text).unwrap_err().to_string();
+        for expected in [
+            "<inline>:2:11: backend must be \"memory\" or \"redis\", found \"etcd\"",
+            "<inline>:3:7: url \"http://x\" is not a Redis URL",
+            "<inline>:4:14: key_prefix must be at most 64 bytes without '{' or '}'",
+            "<inline>:5:11: timeout \"soon\" is not a duration",
+            "<inline>:6:15: connections must be between 1 and 64, found 0",
+            "<inline>:7:20: on_backend_error must be \"allow\", \"deny\" or \"local\"",
+            "<inline>:8:20: breaker_failures must be between 1 and 1000, found -1",
+        ] {
+            assert!(
+                error.contains(expected),
+                "missing {expected:?} in:\n{error}"
+            );
+        }
+    }
+}

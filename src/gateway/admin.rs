@@ -129,8 +129,17 @@ async fn config(State(state): State<AdminState<BackendStore>>) -> Json<Value> {
         "last_error": status.last_error,
         "last_error_at": status.last_error_at.map(unix_seconds),
         "failures": status.failures,
+        "store": store_json(state.limits.store()),
         "rules": rules_json(&rules),
     }))
+}
+
+/// Where buckets live, and whether Redis is being skipped right now.
+fn store_json(store: &BackendStore) -> Value {
+    match store.redis() {
+        Some(redis) => json!({ "backend": "redis", "breaker_open": redis.breaker_open() }),
+        None => json!({ "backend": "memory", "buckets": store.memory().len() }),
+    }
 }
 
 /// The rule table as JSON: what `/config` shows.

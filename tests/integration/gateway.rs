@@ -453,3 +453,39 @@ async fn a_restarted_gateway_remembers_who_spent_their_budget() {
         "the restart handed out a fresh budget"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_on_one_redis_share_one_budget() {
+    let Some(server) =
+        crate::support::redis::RedisServer::start("two_gateways_on_one_redis_share_one_budget")
+    else {
+        return;
+    };
+    let config = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n{GENEROUS}",
+        server.url()
+    );
+    let (first, second) = (start(&config, |_| {}).await, start(&config, |_| {}).await);
+    let mut statuses = Vec::new();
+    for gateway in [&first, &second, &first, &second, &first] {
+        statuses.push(
+            get(gateway.gateway.listen_addr(), "/login", &[])
+                .await
+                .status,
+        );
+    }
+    // login is 3/min for the one client (127.0.0.1), whichever gateway it reaches.
+    let ok = statuses.iter().filter(|s| s.is_success()).count();
+    let limited = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert_eq!((ok, limited), (3, 2), "{statuses:?}");
+
+    let config = json(&get(first.gateway.admin_addr(), "/config", &[]).await);
+    assert_eq!(config["store"]["backend"], "redis");
+    assert_eq!(config["store"]["breaker_open"], false);
+    let rows = json(&get(second.gateway.admin_addr(), "/buckets?prefix=login/", &[]).await);
+    assert_eq!(rows["rows"][0]["key"], "login/127.0.0.1");
+    assert_eq!(rows["rows"][0]["remaining"], 0);
+}
