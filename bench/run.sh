@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Every benchmark in one go, release builds, results under bench/results/<date>/.
+#
+#   bash bench/run.sh                 # all suites
+#   bash bench/run.sh memory redis    # only some: criterion memory redis reload gateway
+#
+# Each suite measures its baselines in the same run (governor, redis-benchmark, nginx), so
+# read ratios, not absolute figures: this shared 2-core machine drifts by tens of percent.
+# The gateway suite needs wrk and nginx, the redis suite redis-server and redis-benchmark
+# (apt-get install -y wrk nginx redis-server); a suite whose tools are missing is skipped
+# with a message. Transcribe results into BENCHMARKS.md with the command that made them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+suites=("$@")
+[ "${#suites[@]}" -gt 0 ] || suites=(criterion memory redis reload gateway)
+out="bench/results/$(date -u +%F-%H%M)"
+mkdir -p "$out"
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+for suite in "${suites[@]}"; do
+  echo "== $suite"
+  case "$suite" in
+    criterion) cargo bench --bench decision 2>&1 | tee "$out/criterion.txt" ;;
+    memory)    cargo bench --bench memory 2>&1 | tee "$out/memory.txt" ;;
+    reload)    cargo bench --bench reload 2>&1 | tee "$out/reload.txt" ;;
+    redis)
+      if have redis-server && have redis-benchmark; then
+        cargo bench --bench redis 2>&1 | tee "$out/redis.txt"
+      else
+        echo "skipped: needs redis-server and redis-benchmark (apt-get install -y redis-server)"
+      fi ;;
+    gateway)
+      if have wrk && have nginx; then
+        bash bench/gateway.sh 2>&1 | tee "$out/gateway.txt"
+      else
+        echo "skipped: needs wrk and nginx (apt-get install -y wrk nginx)"
+      fi ;;
+    *) echo "unknown suite $suite (criterion memory redis reload gateway)" >&2; exit 2 ;;
+  esac
+done
+echo "== results in $out"
