@@ -44,7 +44,7 @@ use crate::quota::IntervalId;
 mod state;
 mod tables;
 
-use state::State;
+use state::{State, decide_gcra};
 use tables::{Compact, Entry, SEEN_SHIFT, Tables, compact_ip, seen_stamp};
 
 /// The in-memory bucket store.
@@ -190,14 +190,7 @@ impl MemoryStore {
         };
         if let (Some(ip), Some(interval)) = (ip, compact_interval) {
             let mut tat = [0];
-            let decision = gcra::decide(
-                &mut tat,
-                request.quotas,
-                request.cost,
-                now,
-                request.mode,
-                request.strict,
-            );
+            let decision = decide_gcra(&mut tat, &request, now);
             if keep(&decision) {
                 self.make_room(&mut tables, now);
                 let hasher = &self.hasher;
@@ -259,14 +252,7 @@ fn decide_compact(
         let old = [compact.interval().nanos()];
         gcra::carry_over(&[compact.tat], &old, request.quotas, now, &mut tat);
     }
-    let decision = gcra::decide(
-        &mut tat,
-        request.quotas,
-        request.cost,
-        now,
-        request.mode,
-        request.strict,
-    );
+    let decision = decide_gcra(&mut tat, request, now);
     // A peek changes nothing, not even the interval a bucket is measured in.
     if request.mode != CheckMode::Peek {
         compact.update(tat[0], interval, now);

@@ -214,14 +214,7 @@ impl State {
     pub(super) fn decide(&mut self, request: &CheckRequest<'_>, now: u64) -> Decision {
         let quotas = request.quotas;
         match request.algorithm {
-            Algorithm::Gcra => gcra::decide(
-                self.tats(),
-                quotas,
-                request.cost,
-                now,
-                request.mode,
-                request.strict,
-            ),
+            Algorithm::Gcra => decide_gcra(self.tats(), request, now),
             algorithm => {
                 let kind = if algorithm == Algorithm::FixedWindow {
                     window::Kind::Fixed
@@ -253,4 +246,16 @@ impl State {
             }
         }
     }
+}
+
+/// Decides `request` against GCRA `tats` (one per quota): the engine, fed from the request.
+pub(super) fn decide_gcra(tats: &mut [u64], request: &CheckRequest<'_>, now: u64) -> Decision {
+    gcra::decide(
+        tats,
+        request.quotas,
+        request.cost,
+        now,
+        request.mode,
+        request.strict,
+    )
 }

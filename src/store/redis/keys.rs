@@ -38,7 +38,7 @@ impl RuleKeys {
         RuleKeys(keys)
     }
 
-    /// The ids this generation introduced (the ones to keep one reload longer).
+    /// Every rule id of `rules`: what the next generation keeps the keys of, one reload longer.
     pub(super) fn ids(rules: &RuleSet) -> Vec<RuleId> {
         rules.rules().iter().map(|rule| rule.id()).collect()
     }
