@@ -40,7 +40,9 @@ pin_project! {
     {
         Deciding {
             decision: St::Future,
-            parked: Option<Parked<S, B, St>>,
+            // Boxed: only remote stores park a request, and the in-memory path should not
+            // carry (and copy) a whole request's worth of space in every future.
+            parked: Option<Box<Parked<S, B, St>>>,
         },
         Calling {
             #[pin]
@@ -147,13 +149,13 @@ where
         ResponseFuture {
             state: State::Deciding {
                 decision,
-                parked: Some(Parked {
+                parked: Some(Box::new(Parked {
                     service,
                     request,
                     rules,
                     index,
                     charge,
-                }),
+                })),
             },
         }
     }
@@ -173,16 +175,16 @@ where
                 StateProj::Deciding { decision, parked } => {
                     let result = ready!(Pin::new(decision).poll(cx));
                     // Polled again after completing: a contract violation; stay pending.
-                    let Some(Parked {
+                    let Some(parked) = parked.take() else {
+                        return Poll::Pending;
+                    };
+                    let Parked {
                         mut service,
                         request,
                         rules,
                         index,
                         charge,
-                    }) = parked.take()
-                    else {
-                        return Poll::Pending;
-                    };
+                    } = *parked;
                     let outcome = match rules.rule(index) {
                         Some(rule) => Outcome::new(result, rule, &rules),
                         None => Outcome::Admit(None),

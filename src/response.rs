@@ -82,29 +82,86 @@ impl Default for ResponseSettings {
 }
 
 /// A denial body in which `{retry_after}` is replaced by the seconds to wait.
+///
+/// The bodies for the first [`BodyTemplate::PRERENDERED`] seconds are rendered once, when
+/// the configuration is read: a denial then clones a shared buffer instead of formatting
+/// and allocating a body, which keeps refusing cheap when refusing is all a server does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BodyTemplate {
     pieces: Vec<String>,
+    prerendered: Vec<Bytes>,
 }
 
 impl BodyTemplate {
     /// The default body.
     pub const DEFAULT: &'static str = r#"{"error":"rate_limited","retry_after":{retry_after}}"#;
     const PLACEHOLDER: &'static str = "{retry_after}";
+    /// Bodies for `retry_after` below this are rendered ahead.
+    pub const PRERENDERED: u64 = 64;
 
     /// A template from text as configured.
     pub fn new(text: &str) -> BodyTemplate {
+        let pieces: Vec<String> = text.split(Self::PLACEHOLDER).map(str::to_owned).collect();
+        let prerendered = if pieces.len() == 1 {
+            // No placeholder: one body serves every denial.
+            vec![Bytes::from(text.to_owned())]
+        } else {
+            (0..Self::PRERENDERED)
+                .map(|seconds| Bytes::from(join(&pieces, seconds)))
+                .collect()
+        };
         BodyTemplate {
-            pieces: text.split(Self::PLACEHOLDER).map(str::to_owned).collect(),
+            pieces,
+            prerendered,
         }
     }
 
     /// The body for a denial with `retry_after` seconds to wait.
     pub fn render(&self, retry_after: u64) -> String {
-        let mut number = itoa::Buffer::new();
-        let number = number.format(retry_after);
-        self.pieces.join(number)
+        join(&self.pieces, retry_after)
     }
+
+    /// The same body as [`render`](Self::render), shared rather than built when it was
+    /// rendered ahead.
+    ///
+    /// ```
+    /// use tollgate::response::BodyTemplate;
+    ///
+    /// let template = BodyTemplate::new("wait {retry_after}s");
+    /// assert_eq!(template.bytes(3), "wait 3s");
+    /// assert_eq!(template.bytes(86_400), "wait 86400s");
+    /// ```
+    pub fn bytes(&self, retry_after: u64) -> Bytes {
+        let index = if self.prerendered.len() == 1 {
+            Some(0)
+        } else {
+            usize::try_from(retry_after).ok()
+        };
+        match index.and_then(|index| self.prerendered.get(index)) {
+            Some(body) => body.clone(),
+            None => Bytes::from(self.render(retry_after)),
+        }
+    }
+}
+
+fn join(pieces: &[String], retry_after: u64) -> String {
+    let mut number = itoa::Buffer::new();
+    pieces.join(number.format(retry_after))
+}
+
+/// `Retry-After` values for the first seconds, made once per process and shared.
+fn retry_after_value(seconds: u64) -> HeaderValue {
+    static SMALL: std::sync::OnceLock<Vec<HeaderValue>> = std::sync::OnceLock::new();
+    let small = SMALL.get_or_init(|| {
+        (0..BodyTemplate::PRERENDERED)
+            .map(HeaderValue::from)
+            .collect()
+    });
+    usize::try_from(seconds)
+        .ok()
+        .and_then(|index| small.get(index))
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from(seconds))
 }
 
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -114,12 +171,13 @@ const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-r
 const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 /// The rate-limit headers for one decision, computed when it was made and added to the
-/// response when it is ready.
+/// response when it is ready. Kept small (it rides in every response future): the legacy
+/// trio, which most deployments never send, is boxed.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RateLimitHeaders {
     policy: Option<HeaderValue>,
     state: Option<HeaderValue>,
-    legacy: Option<[HeaderValue; 3]>,
+    legacy: Option<Box<[HeaderValue; 3]>>,
 }
 
 impl RateLimitHeaders {
@@ -127,21 +185,18 @@ impl RateLimitHeaders {
         let mut headers = RateLimitHeaders::default();
         if style.ietf() {
             headers.policy = rule.policy(decision.quota()).cloned();
-            let name = rule.policy_name();
-            let mut text = String::with_capacity(name.len() + 32);
-            text.push_str(name);
-            text.push_str(";r=");
-            text.push_str(itoa::Buffer::new().format(decision.remaining()));
-            text.push_str(";t=");
-            text.push_str(itoa::Buffer::new().format(decision.next_token_secs()));
-            headers.state = HeaderValue::from_maybe_shared(Bytes::from(text)).ok();
+            headers.state = state_value(
+                rule.policy_name(),
+                decision.remaining(),
+                decision.next_token_secs(),
+            );
         }
         if style.legacy() {
-            headers.legacy = Some([
+            headers.legacy = Some(Box::new([
                 HeaderValue::from(decision.limit()),
                 HeaderValue::from(decision.remaining()),
                 HeaderValue::from(decision.reset_secs()),
-            ]);
+            ]));
         }
         headers
     }
@@ -155,12 +210,29 @@ impl RateLimitHeaders {
         if let Some(state) = self.state {
             map.append(RATELIMIT, state);
         }
-        if let Some([limit, remaining, reset]) = self.legacy {
+        if let Some(legacy) = self.legacy {
+            let [limit, remaining, reset] = *legacy;
             map.insert(X_RATELIMIT_LIMIT, limit);
             map.insert(X_RATELIMIT_REMAINING, remaining);
             map.insert(X_RATELIMIT_RESET, reset);
         }
     }
+}
+
+/// `"<rule>";r=<remaining>;t=<seconds>` in one allocation of exactly its length (so the
+/// `Bytes` inside the value takes it over without a second allocation).
+fn state_value(policy_name: &str, remaining: u64, next_token_secs: u64) -> Option<HeaderValue> {
+    let mut remaining_text = itoa::Buffer::new();
+    let remaining = remaining_text.format(remaining).as_bytes();
+    let mut next_text = itoa::Buffer::new();
+    let next = next_text.format(next_token_secs).as_bytes();
+    let mut text = Vec::with_capacity(policy_name.len() + 6 + remaining.len() + next.len());
+    text.extend_from_slice(policy_name.as_bytes());
+    text.extend_from_slice(b";r=");
+    text.extend_from_slice(remaining);
+    text.extend_from_slice(b";t=");
+    text.extend_from_slice(next);
+    HeaderValue::from_maybe_shared(Bytes::from(text)).ok()
 }
 
 /// The denial response for `decision` under `rule`, its body not yet wrapped.
@@ -170,12 +242,37 @@ pub(crate) fn rejection(
     settings: &ResponseSettings,
 ) -> Response<Bytes> {
     let retry_after = decision.retry_after_secs();
-    let body = settings.body.render(retry_after);
-    let mut response = Response::new(Bytes::from(body));
+    let mut response = Response::new(settings.body.bytes(retry_after));
     *response.status_mut() = settings.status;
     let headers = response.headers_mut();
-    headers.insert(RETRY_AFTER, HeaderValue::from(retry_after));
+    headers.insert(RETRY_AFTER, retry_after_value(retry_after));
     headers.insert(CONTENT_TYPE, settings.content_type.clone());
     RateLimitHeaders::new(rule, decision, settings.headers).apply(headers);
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_bodies_and_retry_after_values_match_rendered_ones() {
+        let templates = [
+            BodyTemplate::new(BodyTemplate::DEFAULT),
+            BodyTemplate::new("no number here"),
+            BodyTemplate::new("{retry_after} and again {retry_after}"),
+        ];
+        for template in &templates {
+            for seconds in [0, 1, 59, 63, 64, 65, 3_600, u64::MAX] {
+                assert_eq!(
+                    template.bytes(seconds),
+                    template.render(seconds),
+                    "{seconds}"
+                );
+            }
+        }
+        for seconds in [0, 1, 63, 64, 86_400, u64::MAX] {
+            assert_eq!(retry_after_value(seconds), HeaderValue::from(seconds));
+        }
+    }
 }
