@@ -169,7 +169,10 @@ impl Gateway {
 
         let app = Router::new()
             .fallback(proxy::handler)
-            .with_state(proxy::Proxy::new(upstream.clone(), timeout))
+            .with_state(std::sync::Arc::new(proxy::Proxy::new(
+                upstream.clone(),
+                timeout,
+            )))
             .layer(RateLimitLayer::new(limits.clone()));
         let admin_app = admin::router(limits.clone(), metrics, token);
 

@@ -9,6 +9,7 @@
 //! response headers within the timeout gives `504`.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -105,16 +106,28 @@ impl Proxy {
     /// The upstream's scheme and authority, its path prefix, then the request's path and query.
     fn upstream_uri(&self, requested: &Uri) -> Option<Uri> {
         let prefix = self.upstream.path().trim_end_matches('/');
-        let path_and_query = requested.path_and_query().map_or("/", PathAndQuery::as_str);
-        let path_and_query: PathAndQuery = format!("{prefix}{path_and_query}").parse().ok()?;
-        let mut parts = self.upstream.clone().into_parts();
+        let path_and_query = match requested.path_and_query() {
+            // No prefix to add: the request's own path and query, shared, not re-parsed.
+            Some(path_and_query) if prefix.is_empty() => path_and_query.clone(),
+            None if prefix.is_empty() => PathAndQuery::from_static("/"),
+            requested => {
+                let requested = requested.map_or("/", PathAndQuery::as_str);
+                let mut joined = String::with_capacity(prefix.len() + requested.len());
+                joined.push_str(prefix);
+                joined.push_str(requested);
+                PathAndQuery::from_maybe_shared(joined).ok()?
+            }
+        };
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = self.upstream.scheme().cloned();
+        parts.authority = self.upstream.authority().cloned();
         parts.path_and_query = Some(path_and_query);
         Uri::from_parts(parts).ok()
     }
 }
 
 /// The axum handler: every path goes to the upstream.
-pub async fn handler(State(proxy): State<Proxy>, request: Request) -> Response {
+pub async fn handler(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
     let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -123,34 +136,60 @@ pub async fn handler(State(proxy): State<Proxy>, request: Request) -> Response {
 }
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Headers named in `Connection` are hop-by-hop too.
+    // Most messages carry none of these (or only `Connection: keep-alive`): look before
+    // paying a hashed removal per name.
+    let present = headers
+        .keys()
+        .any(|name| name == header::UPGRADE || HOP_BY_HOP.contains(name));
+    if !present {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .map(str::trim)
+        // Connection options, not header names (`Keep-Alive` goes anyway, below).
+        .filter(|token| {
+            !token.eq_ignore_ascii_case("keep-alive") && !token.eq_ignore_ascii_case("close")
+        })
+        .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
         .collect();
     for name in named.iter().chain(&HOP_BY_HOP) {
         headers.remove(name);
     }
-    // `Upgrade` is only meaningful with `Connection: upgrade`, which is gone.
     headers.remove(header::UPGRADE);
 }
 
 fn append_forwarded_for(headers: &mut HeaderMap, peer: SocketAddr) {
-    let peer = peer.ip().to_canonical().to_string();
-    let chain: Vec<&str> = headers
+    let peer = match peer.ip().to_canonical() {
+        // The common case, without the formatting machinery.
+        std::net::IpAddr::V4(v4) => {
+            let mut octet = itoa::Buffer::new();
+            let mut printed = String::with_capacity(15);
+            for (index, byte) in v4.octets().into_iter().enumerate() {
+                if index > 0 {
+                    printed.push('.');
+                }
+                printed.push_str(octet.format(byte));
+            }
+            printed
+        }
+        v6 => v6.to_string(),
+    };
+    let mut chain: Vec<&str> = headers
         .get_all(X_FORWARDED_FOR)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .collect();
     let value = if chain.is_empty() {
-        peer
+        HeaderValue::from_maybe_shared(peer)
     } else {
-        format!("{}, {peer}", chain.join(", "))
+        chain.push(&peer);
+        HeaderValue::from_maybe_shared(chain.join(", "))
     };
-    if let Ok(value) = HeaderValue::from_str(&value) {
+    if let Ok(value) = value {
         headers.insert(X_FORWARDED_FOR, value);
     }
 }
@@ -187,6 +226,26 @@ mod tests {
             bare.upstream_uri(&"/".parse().unwrap()).unwrap(),
             "http://127.0.0.1:9/"
         );
+    }
+
+    #[test]
+    fn messages_without_hop_by_hop_headers_are_left_alone() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-kept", HeaderValue::from_static("1"));
+        headers.insert(header::HOST, HeaderValue::from_static("example.com"));
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers.len(), 2);
+        let mut upgrade = headers.clone();
+        upgrade.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        strip_hop_by_hop(&mut upgrade);
+        assert_eq!(upgrade, headers);
+    }
+
+    #[test]
+    fn ipv6_peers_are_forwarded_in_their_canonical_form() {
+        let mut headers = HeaderMap::new();
+        append_forwarded_for(&mut headers, "[2001:db8::1]:5".parse().unwrap());
+        assert_eq!(headers[X_FORWARDED_FOR], "2001:db8::1");
     }
 
     #[test]
