@@ -27,11 +27,10 @@ done
 
 cargo build --release --example gateway
 gateway_bin=target/release/examples/gateway
+source bench/lib.sh
 work=$(mktemp -d)
-pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  cleanup_pids
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -58,41 +57,10 @@ http {
 CONF
 }
 
-start() { # core, command...
-  local core=$1; shift
-  taskset -c "$core" "$@" &
-  pids+=($!)
-}
-
-wait_port() {
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listening on $1" >&2; exit 1
-}
-
 # The upstream: a small fixed body.
 nginx_conf upstream $UPSTREAM_PORT "server { listen 127.0.0.1:$UPSTREAM_PORT; keepalive_requests 1000000; location / { return 200 'hello from the upstream\n'; } }"
 start 0 nginx -c "$work/upstream/nginx.conf"
 wait_port $UPSTREAM_PORT
-
-to_ms() { # wrk latency like 1.23ms / 456.00us / 1.01s
-  awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n *= 1; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
-}
-
-run_wrk() { # port -> "rps p50ms p99ms non2xx"
-  local out
-  out=$(taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"$DURATION" --latency "http://127.0.0.1:$1/api/item")
-  local rps p50 p99 non2xx
-  rps=$(awk '/^Requests\/sec/ { print $2 }' <<<"$out")
-  p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
-  p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
-  non2xx=$(awk '/Non-2xx/ { print $5 }' <<<"$out")
-  echo "$rps $p50 $p99 ${non2xx:-0}"
-}
-
-median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 scenario() { # name, nginx rate, nginx burst, gateway rate
   local name=$1 nginx_rate=$2 nginx_burst=$3 gateway_rate=$4
@@ -121,14 +89,14 @@ scenario() { # name, nginx rate, nginx burst, gateway rate
   local results="$work/results-$name"
   : > "$results"
   for round in $(seq "$ROUNDS"); do
-    echo "nginx $(run_wrk $NGINX_PORT)" >> "$results"
-    echo "gateway $(run_wrk $GATEWAY_PORT)" >> "$results"
+    echo "nginx $(run_wrk "http://127.0.0.1:$NGINX_PORT/api/item" "$nginx_pid")" >> "$results"
+    echo "gateway $(run_wrk "http://127.0.0.1:$GATEWAY_PORT/api/item" "$gateway_pid")" >> "$results"
   done
   kill "$nginx_pid" "$gateway_pid"
   wait "$nginx_pid" "$gateway_pid" 2>/dev/null || true
   echo
   echo "== $name (nginx rate=$nginx_rate burst=$nginx_burst, gateway rate=$gateway_rate): $ROUNDS rounds of $DURATION, $CONNECTIONS connections"
-  echo "   columns: requests/s, p50 ms, p99 ms, non-2xx responses"
+  echo "   columns: requests/s, p50 ms, p99 ms, non-2xx responses, proxy CPU µs per request"
   cat "$results" | sed 's/^/   raw: /'
   local n_rps g_rps n_p99 g_p99 n_p50 g_p50
   n_rps=$(awk '$1 == "nginx" { print $2 }' "$results" | median)
@@ -137,16 +105,18 @@ scenario() { # name, nginx rate, nginx burst, gateway rate
   g_p50=$(awk '$1 == "gateway" { print $3 }' "$results" | median)
   n_p99=$(awk '$1 == "nginx" { print $4 }' "$results" | median)
   g_p99=$(awk '$1 == "gateway" { print $4 }' "$results" | median)
-  local n_bad g_bad
+  local n_bad g_bad n_cpu g_cpu
   n_bad=$(awk '$1 == "nginx" { print $5 }' "$results" | median)
   g_bad=$(awk '$1 == "gateway" { print $5 }' "$results" | median)
-  printf '   %-8s median %10.0f req/s   p50 %7.3f ms   p99 %7.3f ms   non-2xx %s\n' nginx "$n_rps" "$n_p50" "$n_p99" "$n_bad"
-  printf '   %-8s median %10.0f req/s   p50 %7.3f ms   p99 %7.3f ms   non-2xx %s\n' gateway "$g_rps" "$g_p50" "$g_p99" "$g_bad"
-  awk -v g="$g_rps" -v n="$n_rps" -v gp="$g_p99" -v np="$n_p99" \
-    'BEGIN { printf "   gateway/nginx: throughput x%.2f, p99 x%.2f\n", g / n, gp / np }'
+  n_cpu=$(awk '$1 == "nginx" { print $6 }' "$results" | median)
+  g_cpu=$(awk '$1 == "gateway" { print $6 }' "$results" | median)
+  printf '   %-8s median %10.0f req/s   p50 %7.3f ms   p99 %7.3f ms   non-2xx %-8s CPU %6.2f µs/request\n' nginx "$n_rps" "$n_p50" "$n_p99" "$n_bad" "$n_cpu"
+  printf '   %-8s median %10.0f req/s   p50 %7.3f ms   p99 %7.3f ms   non-2xx %-8s CPU %6.2f µs/request\n' gateway "$g_rps" "$g_p50" "$g_p99" "$g_bad" "$g_cpu"
+  awk -v g="$g_rps" -v n="$n_rps" -v gp="$g_p99" -v np="$n_p99" -v gc="$g_cpu" -v nc="$n_cpu" \
+    'BEGIN { printf "   gateway/nginx: throughput x%.2f, p99 x%.2f, CPU per request x%.2f\n", g / n, gp / np, gc / nc }'
 }
 
-echo "machine: $(nproc) cores, $(awk -F: '/model name/ { print $2; exit }' /proc/cpuinfo | sed 's/^ //'); $(date -u +%F)"
+machine
 # nginx's limit_req counts in milliseconds: with a small burst it refuses a second request
 # within the same millisecond whatever the rate, so "never denying" needs a large burst.
 scenario never-denying "1000000r/s" 1000000 "1000000/s"

@@ -2,18 +2,18 @@
 # Every benchmark in one go, release builds, results under bench/results/<date>/.
 #
 #   bash bench/run.sh                 # all suites
-#   bash bench/run.sh memory redis    # only some: criterion memory redis reload gateway
+#   bash bench/run.sh memory redis    # only some: criterion memory redis reload axum gateway
 #
 # Each suite measures its baselines in the same run (governor, redis-benchmark, nginx), so
 # read ratios, not absolute figures: this shared 2-core machine drifts by tens of percent.
-# The gateway suite needs wrk and nginx, the redis suite redis-server and redis-benchmark
+# The axum suite needs wrk and valgrind, the gateway suite wrk and nginx, the redis suite redis-server and redis-benchmark
 # (apt-get install -y wrk nginx redis-server); a suite whose tools are missing is skipped
 # with a message. Transcribe results into BENCHMARKS.md with the command that made them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 suites=("$@")
-[ "${#suites[@]}" -gt 0 ] || suites=(criterion memory redis reload gateway)
+[ "${#suites[@]}" -gt 0 ] || suites=(criterion memory redis reload axum gateway)
 out="bench/results/$(date -u +%F-%H%M)"
 mkdir -p "$out"
 
@@ -31,13 +31,19 @@ for suite in "${suites[@]}"; do
       else
         echo "skipped: needs redis-server and redis-benchmark (apt-get install -y redis-server)"
       fi ;;
+    axum)
+      if have wrk && have valgrind; then
+        KEEP="$out/callgrind" bash bench/axum.sh 2>&1 | tee "$out/axum.txt"
+      else
+        echo "skipped: needs wrk and valgrind (apt-get install -y wrk valgrind)"
+      fi ;;
     gateway)
       if have wrk && have nginx; then
         bash bench/gateway.sh 2>&1 | tee "$out/gateway.txt"
       else
         echo "skipped: needs wrk and nginx (apt-get install -y wrk nginx)"
       fi ;;
-    *) echo "unknown suite $suite (criterion memory redis reload gateway)" >&2; exit 2 ;;
+    *) echo "unknown suite $suite (criterion memory redis reload axum gateway)" >&2; exit 2 ;;
   esac
 done
 echo "== results in $out"
