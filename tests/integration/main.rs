@@ -8,6 +8,7 @@
 )]
 
 mod admin_page;
+mod bypass;
 mod concurrency;
 mod config_files;
 mod gateway;
