@@ -45,6 +45,10 @@ struct Flags {
     /// How long SIGTERM waits for requests in flight, e.g. 10s.
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout, default_value = "10s")]
     shutdown_grace: Duration,
+    /// How long a client has to send a request's headers before its connection is closed
+    /// (slowloris defence), e.g. 10s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout, default_value = "10s")]
+    header_read_timeout: Duration,
     /// Validate the config, print the rule table (or the errors) and exit 0 or 1.
     #[arg(long)]
     check: bool,
@@ -90,6 +94,7 @@ async fn main() -> ExitCode {
     options.admin = flags.admin;
     options.upstream_timeout = flags.upstream_timeout;
     options.shutdown_grace = flags.shutdown_grace;
+    options.header_read_timeout = flags.header_read_timeout;
     let gateway = match Gateway::start(options).await {
         Ok(gateway) => gateway,
         Err(error) => {

@@ -45,6 +45,8 @@ pub const DEFAULT_ADMIN: SocketAddr =
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a shutdown waits for requests in flight.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long a client has to send a request's headers (slowloris defence).
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the gateway is asked to do. `None` fields fall back to the config's `[gateway]`
 /// table, then to the defaults: flags win.
@@ -65,6 +67,10 @@ pub struct GatewayOptions {
     pub admin_token: Option<String>,
     /// How long a shutdown waits for requests in flight.
     pub shutdown_grace: Duration,
+    /// How long a client has to send a request's headers, on a new connection or between
+    /// requests on a kept-alive one; past it the connection is closed. A client trickling
+    /// its headers a byte at a time (slowloris) holds a connection no longer than this.
+    pub header_read_timeout: Duration,
 }
 
 impl GatewayOptions {
@@ -78,6 +84,7 @@ impl GatewayOptions {
             upstream_timeout: None,
             admin_token: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
         }
     }
 }
@@ -178,8 +185,20 @@ impl Gateway {
 
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let servers = vec![
-            serve(proxy_listener, app, stopped.clone(), "proxy"),
-            serve(admin_listener, admin_app, stopped.clone(), "admin"),
+            serve(
+                proxy_listener,
+                app,
+                stopped.clone(),
+                "proxy",
+                options.header_read_timeout,
+            ),
+            serve(
+                admin_listener,
+                admin_app,
+                stopped.clone(),
+                "admin",
+                options.header_read_timeout,
+            ),
             reload_on_sighup(limits.clone(), stopped),
         ];
         tracing::info!(%listen, %admin, %upstream, demo, "gateway started");
@@ -252,22 +271,62 @@ impl Gateway {
     }
 }
 
+/// Serves `app` on `listener` over HTTP/1.1 until `stopped`, then lets connections finish
+/// their requests in flight.
+///
+/// Not `axum::serve`: it sets no timer, so hyper enforces no header read timeout and a
+/// client that never finishes its headers holds a connection forever. Here each
+/// connection gets hyper's `header_read_timeout`, and the peer address as axum's
+/// `ConnectInfo`.
 fn serve(
     listener: TcpListener,
     app: Router,
     mut stopped: tokio::sync::watch::Receiver<bool>,
     name: &'static str,
+    header_read_timeout: Duration,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let service = app.into_make_service_with_connect_info::<SocketAddr>();
-        let result = axum::serve(listener, service)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.wait_for(|stop| *stop).await;
-            })
-            .await;
-        if let Err(error) = result {
-            tracing::error!(listener = name, %error, "listener failed");
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(header_read_timeout);
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let stop = async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        tokio::pin!(stop);
+        loop {
+            let (stream, peer) = tokio::select! {
+                () = &mut stop => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        // Out of file descriptors and the like: say so, breathe, go on.
+                        tracing::warn!(listener = name, %error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = stream.set_nodelay(true);
+            let app = app.clone();
+            let service = hyper::service::service_fn(
+                move |mut request: http::Request<hyper::body::Incoming>| {
+                    request
+                        .extensions_mut()
+                        .insert(axum::extract::ConnectInfo(peer));
+                    tower::ServiceExt::oneshot(app.clone(), request.map(axum::body::Body::new))
+                },
+            );
+            let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let connection = graceful.watch(connection);
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::debug!(listener = name, %peer, %error, "connection ended with an error");
+                }
+            });
         }
+        drop(listener);
+        graceful.shutdown().await;
     })
 }
 

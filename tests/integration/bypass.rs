@@ -74,7 +74,11 @@ async fn raw(address: SocketAddr, request_line: &str, headers: &[String]) -> Ans
         .await
         .expect("the gateway answered within 10 s");
     let answer = String::from_utf8_lossy(&answer);
-    let head = answer.split("\r\n\r\n").next().unwrap_or_default().to_owned();
+    let head = answer
+        .split("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
     let status = head
         .split(' ')
         .nth(1)
@@ -194,10 +198,9 @@ async fn behind_a_trusted_proxy_only_the_right_most_untrusted_address_counts() {
 
 #[tokio::test]
 async fn rotating_ipv6_addresses_inside_one_64_share_a_bucket() {
-    let running = start(
-        "[client]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\n[limits]\n\"/\" = \"1000/min\"\n",
-    )
-    .await;
+    let running =
+        start("[client]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\n[limits]\n\"/\" = \"1000/min\"\n")
+            .await;
     let address = running.gateway.listen_addr();
     let mut requests = Vec::new();
     let mut state = 0x9e37_79b9_7f4a_7c15_u64;
@@ -210,7 +213,9 @@ async fn rotating_ipv6_addresses_inside_one_64_share_a_bucket() {
         let (line, _) = get("/");
         requests.push((
             line,
-            vec![format!("X-Forwarded-For: 2001:db8:1:2:{a:x}:{b:x}:{c:x}:{d:x}")],
+            vec![format!(
+                "X-Forwarded-For: 2001:db8:1:2:{a:x}:{b:x}:{c:x}:{d:x}"
+            )],
         ));
     }
     assert_one_bucket(address, "/", &requests).await;
@@ -236,7 +241,12 @@ async fn rotating_header_identities_are_contained_by_max_buckets() {
     let address = running.gateway.listen_addr();
     let mut most = 0;
     for i in 0..IDENTITIES {
-        let answer = raw(address, "GET / HTTP/1.1", &[format!("X-Api-Key: key-{i:06}")]).await;
+        let answer = raw(
+            address,
+            "GET / HTTP/1.1",
+            &[format!("X-Api-Key: key-{i:06}")],
+        )
+        .await;
         // Every new identity starts with a full bucket, as it should; what matters is
         // that the store does not grow with them.
         assert_eq!(answer.status, 200);

@@ -489,3 +489,41 @@ async fn two_gateways_on_one_redis_share_one_budget() {
     assert_eq!(rows["rows"][0]["key"], "login/127.0.0.1");
     assert_eq!(rows["rows"][0]["remaining"], 0);
 }
+
+#[tokio::test]
+async fn a_client_trickling_its_headers_is_cut_off_and_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let running = start(GENEROUS, |o| {
+        o.header_read_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let proxy = running.gateway.listen_addr();
+    let started = std::time::Instant::now();
+    let mut slow = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    // One header byte every 50 ms, for at most 5 s: the gateway must hang up first.
+    let mut cut_off = false;
+    for _ in 0..100 {
+        if slow.write_all(b"X").await.is_err() {
+            cut_off = true;
+            break;
+        }
+        let mut buffer = [0u8; 256];
+        match tokio::time::timeout(Duration::from_millis(50), slow.read(&mut buffer)).await {
+            Ok(Ok(0) | Err(_)) => {
+                cut_off = true;
+                break;
+            }
+            // hyper may answer 408 before closing.
+            Ok(Ok(_)) => {}
+            Err(_) => {}
+        }
+    }
+    let held = started.elapsed();
+    assert!(cut_off, "a slowloris connection was held for {held:?}");
+    eprintln!("slowloris connection closed after {held:?} (header_read_timeout 300 ms)");
+    assert!(held < Duration::from_secs(5));
+    assert_eq!(get(proxy, "/", &[]).await.status, StatusCode::OK);
+}
