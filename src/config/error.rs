@@ -59,6 +59,15 @@ pub enum ConfigError {
         #[source]
         source: io::Error,
     },
+    /// A file is larger than any config could sensibly be (a log or a disk image saved
+    /// over it by mistake); refused without reading it all.
+    #[error("config file {} is larger than {limit} bytes; refusing to read it", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The most a config file may hold, [`MAX_CONFIG_BYTES`](crate::config::MAX_CONFIG_BYTES).
+        limit: u64,
+    },
     /// The files were read but are not a valid config; every problem found is listed.
     #[error("{}", Lines(.0))]
     Invalid(Vec<Diagnostic>),

@@ -14,6 +14,7 @@ pub use error::{ConfigError, Diagnostic};
 pub use rate::{Rate, RateError, parse_duration};
 pub use raw::Per;
 pub use rules::{
-    Explanation, GatewaySettings, Limit, Origin, Rule, RuleSet, StatusSet, Step, parse_upstream,
+    Explanation, GatewaySettings, Limit, MAX_CONFIG_BYTES, Origin, Rule, RuleSet, StatusSet, Step,
+    parse_upstream,
 };
 pub use store::{Backend, OnBackendError, RedisSettings, StoreSettings};

@@ -1167,17 +1167,51 @@ pub(crate) fn read_sources(paths: &[PathBuf]) -> Result<Vec<Source>, super::Conf
     if paths.is_empty() {
         return Err(super::ConfigError::NoFiles);
     }
-    paths
-        .iter()
-        .map(|path| {
-            std::fs::read_to_string(path)
-                .map(|text| Source::new(path, text))
-                .map_err(|source| super::ConfigError::Read {
-                    path: path.clone(),
-                    source,
-                })
-        })
-        .collect()
+    paths.iter().map(|path| read_source(path)).collect()
+}
+
+/// The most bytes a config file may hold: 10,000 rules take well under 1 MiB, so a larger
+/// file is a mistake (a log or an image saved over the config), refused without reading it
+/// all.
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let file = dir.path().join("limits.toml");
+/// std::fs::write(&file, vec![b'#'; tollgate::config::MAX_CONFIG_BYTES as usize + 1])?;
+/// let error = tollgate::Limits::load([&file]).unwrap_err();
+/// assert!(error.to_string().contains("larger than 16777216 bytes"), "{error}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
+
+fn read_source(path: &Path) -> Result<Source, super::ConfigError> {
+    use std::io::Read;
+    let read_error = |source| super::ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let mut bytes = Vec::new();
+    // One byte past the limit tells "too large" apart from "exactly at it".
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(super::ConfigError::TooLarge {
+            path: path.to_owned(),
+            limit: MAX_CONFIG_BYTES,
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|error| {
+        read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "not UTF-8 text (invalid byte at offset {})",
+                error.utf8_error().valid_up_to()
+            ),
+        ))
+    })?;
+    Ok(Source::new(path, text))
 }
 
 /// The path shown for config given as a string rather than a file.

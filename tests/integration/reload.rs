@@ -353,3 +353,59 @@ fn the_watcher_stops_with_the_last_clone() {
         "the shared state was dropped"
     );
 }
+
+/// Faults on the watched file: each is refused with an error naming the file and why, the
+/// rules in force stay, and a good save afterwards applies.
+#[test]
+fn a_config_replaced_by_a_directory_garbage_or_a_huge_file_changes_nothing() {
+    let setup = watched(&root("7/min"));
+    let before = root_rate(&setup.limits);
+    let mut failures = setup.limits.status().failures;
+    let mut refused = |what: &str, expected: &str| {
+        wait_until(&format!("{what} is refused"), || {
+            setup.limits.status().failures > failures
+                && setup
+                    .limits
+                    .status()
+                    .last_error
+                    .is_some_and(|error| error.contains(expected))
+        });
+        failures = setup.limits.status().failures;
+        let error = setup.limits.status().last_error.unwrap();
+        eprintln!("{what}: {error}");
+        assert!(
+            error.contains(&setup.file.display().to_string()),
+            "{what}: the error names the file: {error}"
+        );
+        assert_eq!(root_rate(&setup.limits), before, "{what} changed the rules");
+        assert!(allowed(&setup.limits, "api/198.51.100.1"), "still deciding");
+    };
+
+    std::fs::remove_file(&setup.file).unwrap();
+    std::fs::create_dir(&setup.file).unwrap();
+    refused("a directory in the file's place", "cannot read config file");
+    std::fs::remove_dir(&setup.file).unwrap();
+
+    // 100 MB of bytes that are neither UTF-8 nor TOML.
+    let mut garbage = vec![0u8; 100 * 1024 * 1024];
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    for chunk in garbage.chunks_mut(8) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
+    }
+    write_by_rename(&setup.file, &String::from_utf8_lossy(&garbage[..1024]));
+    refused("1 KiB of binary garbage", "expected");
+    std::fs::write(&setup.file, &garbage).unwrap();
+    refused("100 MB of binary garbage", "larger than");
+    std::fs::write(&setup.file, [0xff, 0xfe, b'[', b'l']).unwrap();
+    refused("bytes that are not UTF-8", "not UTF-8");
+
+    write_by_rename(&setup.file, &root("9/min"));
+    wait_until("a good save applies again", || {
+        root_rate(&setup.limits) != before
+    });
+    assert_eq!(root_rate(&setup.limits), "9/1m");
+    assert_eq!(setup.limits.status().last_error, None);
+}
