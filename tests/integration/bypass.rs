@@ -113,7 +113,7 @@ fn get(path: &str) -> (String, Vec<String>) {
 async fn case_encoding_and_dot_segment_variants_share_the_canonical_bucket() {
     let running = start(
         "[key]\ncase_insensitive = true\n\n[limits]\n\"/\" = \"1000/s\"\n\
-         \"api/search\" = \"1000/min\"\n",
+         \"api/search\" = \"1000/d\"\n",
     )
     .await;
     let variants = [
@@ -148,7 +148,7 @@ async fn case_encoding_and_dot_segment_variants_share_the_canonical_bucket() {
 #[tokio::test]
 async fn forwarded_headers_from_an_untrusted_peer_change_nothing() {
     // No trusted proxies: the TCP peer (127.0.0.1) is the client whatever it claims.
-    let running = start("[limits]\n\"/\" = \"1000/min\"\n").await;
+    let running = start("[limits]\n\"/\" = \"1000/d\"\n").await;
     let mut requests = Vec::new();
     for i in 0..30 {
         let (line, _) = get("/login");
@@ -169,7 +169,7 @@ async fn forwarded_headers_from_an_untrusted_peer_change_nothing() {
 async fn behind_a_trusted_proxy_only_the_right_most_untrusted_address_counts() {
     let running = start(
         "[client]\ntrusted_proxies = [\"127.0.0.1/32\", \"10.0.0.0/8\"]\n\n\
-         [limits]\n\"/\" = \"1000/min\"\n",
+         [limits]\n\"/\" = \"1000/d\"\n",
     )
     .await;
     let address = running.gateway.listen_addr();
@@ -199,7 +199,7 @@ async fn behind_a_trusted_proxy_only_the_right_most_untrusted_address_counts() {
 #[tokio::test]
 async fn rotating_ipv6_addresses_inside_one_64_share_a_bucket() {
     let running =
-        start("[client]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\n[limits]\n\"/\" = \"1000/min\"\n")
+        start("[client]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\n[limits]\n\"/\" = \"1000/d\"\n")
             .await;
     let address = running.gateway.listen_addr();
     let mut requests = Vec::new();
