@@ -8,27 +8,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::support::start_gateway;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tollgate::gateway::{Gateway, GatewayOptions};
-
-struct Running {
-    gateway: Gateway,
-    _dir: tempfile::TempDir,
-}
-
-/// The gateway with its demo upstream and `config`, on free loopback ports.
-async fn start(config: &str) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("gateway.toml");
-    std::fs::write(&file, config).unwrap();
-    let mut options = GatewayOptions::new([file]);
-    options.listen = Some("127.0.0.1:0".parse().unwrap());
-    options.admin = Some("127.0.0.1:0".parse().unwrap());
-    Running {
-        gateway: Gateway::start(options).await.unwrap(),
-        _dir: dir,
-    }
-}
 
 /// What the gateway answered to one raw request.
 struct Answer {
@@ -111,9 +92,10 @@ fn get(path: &str) -> (String, Vec<String>) {
 
 #[tokio::test]
 async fn case_encoding_and_dot_segment_variants_share_the_canonical_bucket() {
-    let running = start(
+    let running = start_gateway(
         "[key]\ncase_insensitive = true\n\n[limits]\n\"/\" = \"1000/s\"\n\
          \"api/search\" = \"1000/d\"\n",
+        |_| {},
     )
     .await;
     let variants = [
@@ -148,7 +130,7 @@ async fn case_encoding_and_dot_segment_variants_share_the_canonical_bucket() {
 #[tokio::test]
 async fn forwarded_headers_from_an_untrusted_peer_change_nothing() {
     // No trusted proxies: the TCP peer (127.0.0.1) is the client whatever it claims.
-    let running = start("[limits]\n\"/\" = \"1000/d\"\n").await;
+    let running = start_gateway("[limits]\n\"/\" = \"1000/d\"\n", |_| {}).await;
     let mut requests = Vec::new();
     for i in 0..30 {
         let (line, _) = get("/login");
@@ -167,9 +149,10 @@ async fn forwarded_headers_from_an_untrusted_peer_change_nothing() {
 
 #[tokio::test]
 async fn behind_a_trusted_proxy_only_the_right_most_untrusted_address_counts() {
-    let running = start(
+    let running = start_gateway(
         "[client]\ntrusted_proxies = [\"127.0.0.1/32\", \"10.0.0.0/8\"]\n\n\
          [limits]\n\"/\" = \"1000/d\"\n",
+        |_| {},
     )
     .await;
     let address = running.gateway.listen_addr();
@@ -198,9 +181,11 @@ async fn behind_a_trusted_proxy_only_the_right_most_untrusted_address_counts() {
 
 #[tokio::test]
 async fn rotating_ipv6_addresses_inside_one_64_share_a_bucket() {
-    let running =
-        start("[client]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\n[limits]\n\"/\" = \"1000/d\"\n")
-            .await;
+    let running = start_gateway(
+        "[client]\ntrusted_proxies = [\"127.0.0.1/32\"]\n\n[limits]\n\"/\" = \"1000/d\"\n",
+        |_| {},
+    )
+    .await;
     let address = running.gateway.listen_addr();
     let mut requests = Vec::new();
     let mut state = 0x9e37_79b9_7f4a_7c15_u64;
@@ -233,10 +218,10 @@ async fn rotating_ipv6_addresses_inside_one_64_share_a_bucket() {
 async fn rotating_header_identities_are_contained_by_max_buckets() {
     const BOUND: usize = 64;
     const IDENTITIES: usize = 1_000;
-    let running = start(&format!(
+    let running = start_gateway(&format!(
         "[client]\nsources = [\"header:x-api-key\", \"ip\"]\n\n[store]\nmax_buckets = {BOUND}\n\n\
          [limits]\n\"/\" = \"5/min\"\n"
-    ))
+    ), |_| {})
     .await;
     let address = running.gateway.listen_addr();
     let mut most = 0;

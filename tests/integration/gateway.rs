@@ -12,7 +12,7 @@ use http::{Method, StatusCode};
 use tokio::sync::Notify;
 use tollgate::gateway::{Gateway, GatewayOptions};
 
-use crate::support::{Reply, get, send};
+use crate::support::{Reply, get, send, start_gateway};
 
 /// An upstream that describes what it received, plus `/big` (4 MiB) and `/slow`.
 async fn upstream(arrived: Arc<Notify>) -> SocketAddr {
@@ -68,25 +68,6 @@ fn checksum(bytes: &[u8]) -> u64 {
     })
 }
 
-struct Running {
-    gateway: Gateway,
-    _dir: tempfile::TempDir,
-}
-
-async fn start(config: &str, configure: impl FnOnce(&mut GatewayOptions)) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("gateway.toml");
-    std::fs::write(&file, config).unwrap();
-    let mut options = GatewayOptions::new([file]);
-    options.listen = Some("127.0.0.1:0".parse().unwrap());
-    options.admin = Some("127.0.0.1:0".parse().unwrap());
-    configure(&mut options);
-    Running {
-        gateway: Gateway::start(options).await.unwrap(),
-        _dir: dir,
-    }
-}
-
 fn json(reply: &Reply) -> serde_json::Value {
     serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {}", reply.body))
 }
@@ -96,7 +77,7 @@ const GENEROUS: &str = "[limits]\n\"/\" = \"1000/s\"\nlogin = \"3/min\"\n";
 #[tokio::test]
 async fn proxies_methods_paths_queries_headers_and_bodies() {
     let echo = upstream(Arc::new(Notify::new())).await;
-    let running = start(GENEROUS, |o| {
+    let running = start_gateway(GENEROUS, |o| {
         o.upstream = Some(format!("http://{echo}").parse().unwrap())
     })
     .await;
@@ -175,7 +156,7 @@ async fn proxies_methods_paths_queries_headers_and_bodies() {
 #[tokio::test]
 async fn limits_requests_with_429_and_headers() {
     let echo = upstream(Arc::new(Notify::new())).await;
-    let running = start(GENEROUS, |o| {
+    let running = start_gateway(GENEROUS, |o| {
         o.upstream = Some(format!("http://{echo}").parse().unwrap())
     })
     .await;
@@ -201,7 +182,7 @@ async fn an_unreachable_upstream_is_502_and_a_slow_one_504() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let running = start(GENEROUS, |o| {
+    let running = start_gateway(GENEROUS, |o| {
         o.upstream = Some(format!("http://{closed}").parse().unwrap())
     })
     .await;
@@ -213,7 +194,7 @@ async fn an_unreachable_upstream_is_502_and_a_slow_one_504() {
     let config = format!(
         "{GENEROUS}[gateway]\nupstream = \"http://{echo}\"\nupstream_timeout = \"100ms\"\n"
     );
-    let running = start(&config, |_| {}).await;
+    let running = start_gateway(&config, |_| {}).await;
     let reply = get(running.gateway.listen_addr(), "/slow", &[]).await;
     assert_eq!(reply.status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(reply.body, r#"{"error":"upstream_timeout"}"#);
@@ -221,7 +202,7 @@ async fn an_unreachable_upstream_is_502_and_a_slow_one_504() {
 
 #[tokio::test]
 async fn without_an_upstream_the_demo_answers() {
-    let running = start(GENEROUS, |_| {}).await;
+    let running = start_gateway(GENEROUS, |_| {}).await;
     assert!(running.gateway.is_demo());
     let reply = get(running.gateway.listen_addr(), "/anything?q=1", &[]).await;
     assert_eq!(reply.status, StatusCode::OK);
@@ -236,12 +217,12 @@ async fn flags_win_over_the_gateway_table() {
     let echo = upstream(Arc::new(Notify::new())).await;
     let other = upstream(Arc::new(Notify::new())).await;
     let config = format!("{GENEROUS}[gateway]\nupstream = \"http://{echo}\"\n");
-    let from_config = start(&config, |_| {}).await;
+    let from_config = start_gateway(&config, |_| {}).await;
     assert_eq!(
         from_config.gateway.upstream().to_string(),
         format!("http://{echo}/")
     );
-    let flagged = start(&config, |o| {
+    let flagged = start_gateway(&config, |o| {
         o.upstream = Some(format!("http://{other}").parse().unwrap())
     })
     .await;
@@ -257,7 +238,7 @@ async fn flags_win_over_the_gateway_table() {
 async fn shutdown_drains_requests_in_flight_and_refuses_new_ones() {
     let arrived = Arc::new(Notify::new());
     let slow = upstream(arrived.clone()).await;
-    let running = start(GENEROUS, |o| {
+    let running = start_gateway(GENEROUS, |o| {
         o.upstream = Some(format!("http://{slow}").parse().unwrap())
     })
     .await;
@@ -281,7 +262,7 @@ async fn shutdown_drains_requests_in_flight_and_refuses_new_ones() {
 
 #[tokio::test]
 async fn the_admin_endpoints_answer_in_json() {
-    let running = start(GENEROUS, |_| {}).await;
+    let running = start_gateway(GENEROUS, |_| {}).await;
     let (proxy, admin) = (running.gateway.listen_addr(), running.gateway.admin_addr());
     get(proxy, "/login", &[]).await;
     get(proxy, "/login", &[]).await;
@@ -400,7 +381,7 @@ async fn the_admin_endpoints_answer_in_json() {
 #[tokio::test]
 async fn an_admin_token_guards_everything_but_health_and_the_page() {
     let config = format!("{GENEROUS}[gateway]\nadmin_token = \"s3cret\"\n");
-    let running = start(&config, |_| {}).await;
+    let running = start_gateway(&config, |_| {}).await;
     let admin = running.gateway.admin_addr();
     assert_eq!(get(admin, "/healthz", &[]).await.status, StatusCode::OK);
     assert_eq!(get(admin, "/", &[]).await.status, StatusCode::OK);
@@ -437,7 +418,7 @@ async fn a_restarted_gateway_remembers_who_spent_their_budget() {
     let dir = tempfile::tempdir().unwrap();
     let snapshot = dir.path().join("buckets.snapshot");
     let config = format!("[store]\nsnapshot = \"{}\"\n{GENEROUS}", snapshot.display());
-    let first = start(&config, |_| {}).await;
+    let first = start_gateway(&config, |_| {}).await;
     let proxy = first.gateway.listen_addr();
     for _ in 0..3 {
         assert_eq!(get(proxy, "/login", &[]).await.status, StatusCode::OK);
@@ -445,7 +426,7 @@ async fn a_restarted_gateway_remembers_who_spent_their_budget() {
     first.gateway.shutdown().await;
     assert!(snapshot.exists(), "graceful shutdown wrote the snapshot");
 
-    let second = start(&config, |_| {}).await;
+    let second = start_gateway(&config, |_| {}).await;
     let reply = get(second.gateway.listen_addr(), "/login", &[]).await;
     assert_eq!(
         reply.status,
@@ -465,7 +446,10 @@ async fn two_gateways_on_one_redis_share_one_budget() {
         "[store]\nbackend = \"redis\"\nurl = \"{}\"\ntimeout = \"2s\"\n{GENEROUS}",
         server.url()
     );
-    let (first, second) = (start(&config, |_| {}).await, start(&config, |_| {}).await);
+    let (first, second) = (
+        start_gateway(&config, |_| {}).await,
+        start_gateway(&config, |_| {}).await,
+    );
     let mut statuses = Vec::new();
     for gateway in [&first, &second, &first, &second, &first] {
         statuses.push(
@@ -493,7 +477,7 @@ async fn two_gateways_on_one_redis_share_one_budget() {
 #[tokio::test]
 async fn a_client_trickling_its_headers_is_cut_off_and_others_are_served() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let running = start(GENEROUS, |o| {
+    let running = start_gateway(GENEROUS, |o| {
         o.header_read_timeout = Duration::from_millis(300);
     })
     .await;

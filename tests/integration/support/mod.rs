@@ -99,3 +99,28 @@ pub fn now_or_never<F: Future>(future: F) -> F::Output {
 }
 pub mod browser;
 pub mod redis;
+
+/// A gateway started by a test, with the directory holding its config file.
+pub struct RunningGateway {
+    pub gateway: tollgate::gateway::Gateway,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts the gateway with `config` written to a temporary file, listening and serving
+/// admin on free loopback ports; `configure` adjusts the options first.
+pub async fn start_gateway(
+    config: &str,
+    configure: impl FnOnce(&mut tollgate::gateway::GatewayOptions),
+) -> RunningGateway {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gateway.toml");
+    std::fs::write(&file, config).unwrap();
+    let mut options = tollgate::gateway::GatewayOptions::new([file]);
+    options.listen = Some("127.0.0.1:0".parse().unwrap());
+    options.admin = Some("127.0.0.1:0".parse().unwrap());
+    configure(&mut options);
+    RunningGateway {
+        gateway: tollgate::gateway::Gateway::start(options).await.unwrap(),
+        _dir: dir,
+    }
+}
