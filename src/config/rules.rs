@@ -339,6 +339,26 @@ impl Rule {
 }
 
 impl RuleSet {
+    /// Parses, validates and compiles config text into a rule set, without a store, a
+    /// clock or a sweeper: for checking config in tooling (errors name the file
+    /// `<inline>`). [`Limits::from_toml`](crate::Limits::from_toml) does this and starts
+    /// limiting.
+    ///
+    /// ```
+    /// use tollgate::config::RuleSet;
+    ///
+    /// let rules = RuleSet::from_toml("[limits]\napi = \"10/s\"\n")?;
+    /// assert_eq!(rules.resolve("api/search", "192.0.2.1").unwrap().key(), "api");
+    ///
+    /// let error = RuleSet::from_toml("[limits]\napi = \"ten a second\"\n").unwrap_err();
+    /// assert!(error.to_string().contains("<inline>:2"));
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn from_toml(text: &str) -> Result<RuleSet, super::ConfigError> {
+        RuleSet::compile(&[Source::new(inline_path(), text)], None)
+            .map_err(super::ConfigError::Invalid)
+    }
+
     /// The rule whose key is the longest segment prefix of `route "/" client`, if any.
     ///
     /// `route` must already be normalised (see [`normalize_route`]).

@@ -11,6 +11,7 @@ mod admin_page;
 mod bypass;
 mod concurrency;
 mod config_files;
+mod fuzz_corpus;
 mod gateway;
 mod hyper_server;
 mod layer_http;
