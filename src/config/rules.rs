@@ -1210,6 +1210,15 @@ fn read_source(path: &Path) -> Result<Source, super::ConfigError> {
         path: path.to_owned(),
         source,
     };
+    // Only regular files: opening a named pipe would wait for a writer forever (and with
+    // it every later reload), a directory or device is never a config.
+    let kind = std::fs::metadata(path).map_err(read_error)?.file_type();
+    if !kind.is_file() {
+        return Err(read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a regular file (a {})", describe_file_type(kind)),
+        )));
+    }
     let file = std::fs::File::open(path).map_err(read_error)?;
     let mut bytes = Vec::new();
     // One byte past the limit tells "too large" apart from "exactly at it".
@@ -1232,6 +1241,27 @@ fn read_source(path: &Path) -> Result<Source, super::ConfigError> {
         ))
     })?;
     Ok(Source::new(path, text))
+}
+
+/// What a file that is not a regular file is, for the error.
+fn describe_file_type(kind: std::fs::FileType) -> &'static str {
+    if kind.is_dir() {
+        return "directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        if kind.is_fifo() {
+            return "named pipe";
+        }
+        if kind.is_socket() {
+            return "socket";
+        }
+        if kind.is_block_device() || kind.is_char_device() {
+            return "device";
+        }
+    }
+    "special file"
 }
 
 /// The path shown for config given as a string rather than a file.

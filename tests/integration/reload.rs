@@ -1,5 +1,6 @@
 //! Live configuration with real files and the real watcher (SPEC §5).
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -383,8 +384,41 @@ fn a_config_replaced_by_a_directory_garbage_or_a_huge_file_changes_nothing() {
 
     std::fs::remove_file(&setup.file).unwrap();
     std::fs::create_dir(&setup.file).unwrap();
-    refused("a directory in the file's place", "cannot read config file");
+    refused(
+        "a directory in the file's place",
+        "not a regular file (a directory)",
+    );
     std::fs::remove_dir(&setup.file).unwrap();
+
+    // A named pipe would block the reader until someone writes to it: refused unopened, and
+    // the good save at the end shows no reload is stuck behind it.
+    let made = std::process::Command::new("mkfifo")
+        .arg(&setup.file)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    refused(
+        "a named pipe in the file's place",
+        "not a regular file (a named pipe)",
+    );
+    std::fs::remove_file(&setup.file).unwrap();
+
+    // Unreadable by permission: a save whose new file has mode 000. Root reads whatever
+    // the mode says, so where the tests run as root (CI containers do) this part cannot be
+    // tried: it says so.
+    let unreadable = setup.file.with_extension("new");
+    std::fs::write(&unreadable, root("6/min")).unwrap();
+    std::fs::set_permissions(&unreadable, std::fs::Permissions::from_mode(0o000)).unwrap();
+    if std::fs::File::open(&unreadable).is_ok() {
+        eprintln!(
+            "NOT TRIED: a config without read permission (running as root, which reads it anyway)"
+        );
+        std::fs::remove_file(&unreadable).unwrap();
+    } else {
+        std::fs::rename(&unreadable, &setup.file).unwrap();
+        refused("a file without read permission", "Permission denied");
+        std::fs::remove_file(&setup.file).unwrap();
+    }
 
     // 100 MB of bytes that are neither UTF-8 nor TOML.
     let mut garbage = vec![0u8; 100 * 1024 * 1024];
