@@ -112,10 +112,18 @@ pub(crate) fn write(path: &Path, now: Timestamp, records: &[Record]) -> Result<(
     let mut temporary = path.as_os_str().to_owned();
     temporary.push(".tmp");
     let temporary = PathBuf::from(temporary);
-    let mut file = std::fs::File::create(&temporary).map_err(io)?;
-    file.write_all(text.as_bytes()).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    std::fs::rename(&temporary, path).map_err(io)?;
+    let written = std::fs::File::create(&temporary)
+        .and_then(|mut file| {
+            file.write_all(text.as_bytes())?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&temporary, path));
+    if let Err(source) = written {
+        // A disk that filled half-way through leaves a partial temporary: give the space
+        // back. The previous snapshot, never touched, stays the one a restart reads.
+        let _ = std::fs::remove_file(&temporary);
+        return Err(io(source));
+    }
     Ok(())
 }
 

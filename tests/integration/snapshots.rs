@@ -116,3 +116,46 @@ fn an_unwritable_snapshot_is_an_error_not_a_crash() {
     );
     assert!(allowed(&limits, "reports/a"), "the limiter carries on");
 }
+
+#[test]
+fn a_full_disk_keeps_the_last_good_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("buckets.snapshot");
+    let config = config(&snapshot, "");
+    let clock = FakeClock::new();
+    let limits = start(&config, &clock);
+    for _ in 0..3 {
+        assert!(allowed(&limits, "reports/tenant-7"));
+    }
+    assert_eq!(limits.save_snapshot().unwrap(), 1);
+    let good = std::fs::read(&snapshot).unwrap();
+
+    // The next write lands on a full disk: the kernel's /dev/full answers every write with
+    // ENOSPC, reached through the temporary file's name (no mount needed).
+    let temporary = dir.path().join("buckets.snapshot.tmp");
+    std::os::unix::fs::symlink("/dev/full", &temporary).unwrap();
+    assert!(allowed(&limits, "reports/someone-else"));
+    let error = limits.save_snapshot().unwrap_err().to_string();
+    assert!(
+        error.contains("buckets.snapshot") && error.contains("No space left on device"),
+        "{error}"
+    );
+    assert_eq!(
+        std::fs::read(&snapshot).unwrap(),
+        good,
+        "the last good snapshot was damaged"
+    );
+    assert!(
+        std::fs::symlink_metadata(&temporary).is_err(),
+        "the partial temporary file was left behind"
+    );
+    assert!(
+        allowed(&limits, "reports/a-third"),
+        "the limiter carries on"
+    );
+
+    // A restart reads the last good snapshot: tenant-7's daily budget is still spent.
+    drop(limits);
+    let restarted = start(&config, &clock);
+    assert!(!allowed(&restarted, "reports/tenant-7"));
+}
