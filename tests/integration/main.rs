@@ -18,5 +18,6 @@ mod layer_http;
 mod modes;
 mod redis_backend;
 mod reload;
+mod sigterm;
 mod snapshots;
 mod support;
