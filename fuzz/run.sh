@@ -6,7 +6,8 @@
 #
 # Needs cargo-fuzz (`cargo install cargo-fuzz`). With only a stable toolchain, libFuzzer's
 # instrumentation flags are unlocked with RUSTC_BOOTSTRAP=1 (nightly needs nothing). No
-# sanitizer: tollgate forbids unsafe code, so coverage and panics are what matter.
+# sanitizer: tollgate forbids unsafe code (Cargo.toml lints), so coverage and panics are
+# what matter.
 # Each run starts from the committed seeds (fuzz/seeds/<target>) and the working corpus
 # (fuzz/corpus/<target>, not committed). A crash (or timeout, or out-of-memory) is copied to
 # fuzz/regressions/<target>/, which `cargo test` replays on stable: commit it with the fix
