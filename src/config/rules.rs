@@ -1210,16 +1210,26 @@ fn read_source(path: &Path) -> Result<Source, super::ConfigError> {
         path: path.to_owned(),
         source,
     };
-    // Only regular files: opening a named pipe would wait for a writer forever (and with
-    // it every later reload), a directory or device is never a config.
-    let kind = std::fs::metadata(path).map_err(read_error)?.file_type();
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    // Opened non-blocking: a named pipe saved in the file's place would otherwise make the
+    // open wait for a writer for ever, and every later reload behind it. (Regular files
+    // read the same either way.)
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(read_error)?;
+    // Only regular files, checked on the open file so nothing can be swapped in between:
+    // a directory, a pipe or a device is never a config.
+    let kind = file.metadata().map_err(read_error)?.file_type();
     if !kind.is_file() {
         return Err(read_error(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!("not a regular file (a {})", describe_file_type(kind)),
         )));
     }
-    let file = std::fs::File::open(path).map_err(read_error)?;
     let mut bytes = Vec::new();
     // One byte past the limit tells "too large" apart from "exactly at it".
     file.take(MAX_CONFIG_BYTES + 1)
