@@ -133,7 +133,11 @@ fn trusted_settings() -> ClientSettings {
 }
 
 /// The client address identified for a request from `peer` with `headers`.
-fn identify(peer: IpAddr, headers: &[(HeaderName, HeaderValue)]) -> Option<IpAddr> {
+fn identify(
+    settings: &ClientSettings,
+    peer: IpAddr,
+    headers: &[(HeaderName, HeaderValue)],
+) -> Option<IpAddr> {
     let mut request = Request::new(());
     for (name, value) in headers {
         request.headers_mut().append(name.clone(), value.clone());
@@ -141,7 +145,7 @@ fn identify(peer: IpAddr, headers: &[(HeaderName, HeaderValue)]) -> Option<IpAdd
     request
         .extensions_mut()
         .insert(PeerAddr(SocketAddr::new(peer, 40_000)));
-    match Client::identify(&request, &trusted_settings()) {
+    match Client::identify(&request, settings) {
         Client::Ip(address) => Some(address),
         _ => None,
     }
@@ -168,13 +172,13 @@ pub fn forwarded(data: &[u8]) {
 
     let untrusted_peer: IpAddr = [192, 0, 2, 1].into();
     assert_eq!(
-        identify(untrusted_peer, &headers),
+        identify(&settings, untrusted_peer, &headers),
         Some(untrusted_peer),
         "an untrusted peer's forwarded headers were believed"
     );
 
     let proxy: IpAddr = [127, 0, 0, 1].into();
-    let client = identify(proxy, &headers).expect("a peer address always identifies");
+    let client = identify(&settings, proxy, &headers).expect("a peer address always identifies");
     if settings.trusted_proxies.contains(client) {
         return;
     }
@@ -194,7 +198,7 @@ pub fn forwarded(data: &[u8]) {
     )];
     forged_headers.extend(headers.iter().cloned());
     assert_eq!(
-        identify(proxy, &forged_headers),
+        identify(&settings, proxy, &forged_headers),
         Some(client),
         "an entry added on the left changed the client"
     );

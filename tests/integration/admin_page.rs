@@ -3,10 +3,10 @@
 //! Skipped, loudly, where Chromium is not installed — unless `CI=true`, where it must run.
 
 use serde_json::Value;
-use tollgate::gateway::{Gateway, GatewayOptions};
+use tollgate::gateway::Gateway;
 
 use crate::support::browser::{Browser, chromium_path};
-use crate::support::get;
+use crate::support::{get, loopback_options};
 
 const CONFIG: &str = r#"
 [client]
@@ -43,10 +43,9 @@ fn the_page_answers_who_under_login_is_below_half_their_budget() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("gateway.toml");
     std::fs::write(&file, CONFIG).unwrap();
-    let mut options = GatewayOptions::new([&file]);
-    options.listen = Some("127.0.0.1:0".parse().unwrap());
-    options.admin = Some("127.0.0.1:0".parse().unwrap());
-    let gateway = runtime.block_on(Gateway::start(options)).unwrap();
+    let gateway = runtime
+        .block_on(Gateway::start(loopback_options(&file)))
+        .unwrap();
     let (proxy, admin) = (gateway.listen_addr(), gateway.admin_addr());
 
     // alice has used 2 of 10 login tokens, bob 6, carol 9; dave 7 of 10 on api.

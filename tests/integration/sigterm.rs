@@ -18,9 +18,9 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tollgate::Limits;
-use tollgate::gateway::{Gateway, GatewayOptions, shutdown_signal};
+use tollgate::gateway::{Gateway, shutdown_signal};
 
-use crate::support::{now_or_never, serve};
+use crate::support::{loopback_options, now_or_never, serve};
 
 const CONFIG_VARIABLE: &str = "TOLLGATE_TEST_GATEWAY_CONFIG";
 const UPSTREAM_VARIABLE: &str = "TOLLGATE_TEST_GATEWAY_UPSTREAM";
@@ -48,9 +48,7 @@ fn gateway_process() {
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let mut options = GatewayOptions::new([config]);
-        options.listen = Some("127.0.0.1:0".parse().unwrap());
-        options.admin = Some("127.0.0.1:0".parse().unwrap());
+        let mut options = loopback_options(config);
         options.upstream = Some(upstream.parse().unwrap());
         let gateway = Gateway::start(options).await.unwrap();
         // The handler is in place before anyone is told where to send load (and SIGTERM).

@@ -100,6 +100,16 @@ pub fn now_or_never<F: Future>(future: F) -> F::Output {
 pub mod browser;
 pub mod redis;
 
+/// Gateway options for `config`, listening and serving admin on free loopback ports.
+pub fn loopback_options(
+    config: impl Into<std::path::PathBuf>,
+) -> tollgate::gateway::GatewayOptions {
+    let mut options = tollgate::gateway::GatewayOptions::new([config]);
+    options.listen = Some("127.0.0.1:0".parse().unwrap());
+    options.admin = Some("127.0.0.1:0".parse().unwrap());
+    options
+}
+
 /// A gateway started by a test, with the directory holding its config file.
 pub struct RunningGateway {
     pub gateway: tollgate::gateway::Gateway,
@@ -115,9 +125,7 @@ pub async fn start_gateway(
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("gateway.toml");
     std::fs::write(&file, config).unwrap();
-    let mut options = tollgate::gateway::GatewayOptions::new([file]);
-    options.listen = Some("127.0.0.1:0".parse().unwrap());
-    options.admin = Some("127.0.0.1:0".parse().unwrap());
+    let mut options = loopback_options(file);
     configure(&mut options);
     RunningGateway {
         gateway: tollgate::gateway::Gateway::start(options).await.unwrap(),
