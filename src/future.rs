@@ -15,8 +15,8 @@ use tower::Service;
 use crate::body::ResponseBody;
 use crate::config::RuleSet;
 use crate::limits::{Charge, Limits};
+use crate::outcome::Outcome;
 use crate::response::RateLimitHeaders;
-use crate::service::Outcome;
 use crate::store::{Store, StoreError};
 
 pin_project! {

@@ -15,6 +15,7 @@ mod decision;
 mod future;
 mod layer;
 mod limits;
+mod outcome;
 mod quota;
 mod service;
 

@@ -19,6 +19,9 @@
 //! events to settle ([`DEBOUNCE`]), then reloads. The watcher stops when the last clone of
 //! the `Limits` is dropped.
 //!
+//! [`Limits`]: crate::Limits
+//! [`Limits::watch`]: crate::Limits::watch
+//!
 //! ```
 //! use tollgate::{Limits, reload::Reloaded};
 //!
@@ -46,19 +49,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use arc_swap::ArcSwap;
 use notify_debouncer_mini::notify::{self, RecursiveMode};
 use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
+use parking_lot::Mutex;
 
-use crate::config::rules::read_sources;
+use crate::config::source::ConfigSource;
 use crate::config::{ConfigError, RuleSet};
-use crate::limits::Limits;
 use crate::store::Store;
 
 /// How long the watcher waits for file events to stop before re-reading.
 pub const DEBOUNCE: Duration = Duration::from_millis(50);
 
 /// The watcher that runs while a watched `Limits` lives.
-pub(crate) type FileWatcher = Debouncer<notify::RecommendedWatcher>;
+type FileWatcher = Debouncer<notify::RecommendedWatcher>;
 
 /// What a reload did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,12 +107,23 @@ impl ReloadStatus {
     }
 }
 
+/// The reload engine of one limiter: where its config comes from, what is applied, and the
+/// status it reports. It swaps rule sets into the limiter's `ArcSwap` and tells its store;
+/// it knows nothing else of the limiter ([`Limits`](crate::Limits) holds one and delegates
+/// to it).
+pub(crate) struct Reloader {
+    /// Serialises reloads and remembers what is applied.
+    state: Mutex<Applied>,
+    status: tokio::sync::watch::Sender<ReloadStatus>,
+    /// The file watcher, if watching; stopped when the reloader is dropped.
+    watcher: Mutex<Option<FileWatcher>>,
+}
+
 /// What the reloader remembers between reloads.
-#[derive(Debug, Default)]
-pub(crate) struct ReloadState {
-    pub(crate) paths: Vec<PathBuf>,
-    /// The texts of the applied files, to tell a real change from a touch.
-    pub(crate) applied: Vec<String>,
+struct Applied {
+    sources: Vec<ConfigSource>,
+    /// The texts of the applied sources, to tell a real change from a touch.
+    texts: Vec<String>,
 }
 
 /// Why watching could not start.
@@ -132,45 +147,60 @@ pub enum WatchError {
     },
 }
 
-impl<St: Store> Limits<St> {
-    /// Re-reads the files now (the gateway binds this to SIGHUP).
-    ///
-    /// Returns what happened, or why the files were refused — in which case the previous
-    /// rules keep serving and [`status`](Self::status) reports the error.
-    pub fn reload(&self) -> Result<Reloaded, ConfigError> {
-        let shared = self.shared();
-        let mut state = shared.reload.lock();
-        if state.paths.is_empty() {
+impl Reloader {
+    /// A reloader for `sources`, whose texts `applied` are what the active rules were
+    /// compiled from (no sources: config given inline, which cannot be reloaded).
+    pub(crate) fn new(sources: Vec<ConfigSource>, applied: Vec<String>) -> Reloader {
+        let files = sources.iter().map(|s| s.name().to_path_buf()).collect();
+        let (status, _) = tokio::sync::watch::channel(ReloadStatus::new(files));
+        Reloader {
+            state: Mutex::new(Applied {
+                sources,
+                texts: applied,
+            }),
+            status,
+            watcher: Mutex::new(None),
+        }
+    }
+
+    /// Re-reads the sources and, if they changed and compile, swaps the new rules into
+    /// `rules` and tells `store`; see the module docs.
+    pub(crate) fn reload<St: Store>(
+        &self,
+        rules: &ArcSwap<RuleSet>,
+        store: &St,
+    ) -> Result<Reloaded, ConfigError> {
+        let mut state = self.state.lock();
+        if state.sources.is_empty() {
             return Err(ConfigError::NoFiles);
         }
-        let outcome = read_sources(&state.paths).and_then(|sources| {
+        let outcome = ConfigSource::read_all(&state.sources).and_then(|sources| {
             if sources
                 .iter()
                 .map(|s| s.text.as_str())
-                .eq(state.applied.iter().map(String::as_str))
+                .eq(state.texts.iter().map(String::as_str))
             {
                 return Ok(None);
             }
-            let current = shared.rules.load_full();
+            let current = rules.load_full();
             let next = RuleSet::compile(&sources, Some(&current)).map_err(ConfigError::Invalid)?;
             Ok(Some((current, next, sources)))
         });
         match outcome {
             Ok(None) => {
                 // Back to what is applied: whatever failed since is no longer on disk.
-                shared
-                    .status
+                self.status
                     .send_if_modified(|status| status.last_error.take().is_some());
                 Ok(Reloaded::Unchanged)
             }
             Ok(Some((current, next, sources))) => {
                 let retired = next.retired_since(&current);
                 let generation = next.generation();
-                shared.store.configure(&next);
-                shared.rules.store(Arc::new(next));
-                shared.store.forget(&retired);
-                state.applied = sources.into_iter().map(|s| s.text).collect();
-                shared.status.send_modify(|status| {
+                store.configure(&next);
+                rules.store(Arc::new(next));
+                store.forget(&retired);
+                state.texts = sources.into_iter().map(|s| s.text).collect();
+                self.status.send_modify(|status| {
                     status.generation = generation;
                     status.loaded_at = SystemTime::now();
                     status.last_error = None;
@@ -182,7 +212,7 @@ impl<St: Store> Limits<St> {
             }
             Err(error) => {
                 let mut generation = 0;
-                shared.status.send_modify(|status| {
+                self.status.send_modify(|status| {
                     status.last_error = Some(error.to_string());
                     status.last_error_at = Some(SystemTime::now());
                     status.failures += 1;
@@ -198,27 +228,26 @@ impl<St: Store> Limits<St> {
         }
     }
 
-    /// The configuration's current state. Its generation is the active rule set's own, so
-    /// it never lags behind the rules requests see.
-    pub fn status(&self) -> ReloadStatus {
-        let mut status = self.shared().status.borrow().clone();
-        status.generation = self.shared().rules.load().generation();
+    /// The status as last reported, with `generation` as the active rules' own.
+    pub(crate) fn status(&self, generation: u64) -> ReloadStatus {
+        let mut status = self.status.borrow().clone();
+        status.generation = generation;
         status
     }
 
-    /// A receiver that sees every change of [`status`](Self::status): each applied reload and
-    /// each failure.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<ReloadStatus> {
-        self.shared().status.subscribe()
+    /// A receiver that sees every change of the status.
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<ReloadStatus> {
+        self.status.subscribe()
     }
 
-    /// Starts watching the files this limiter was loaded from.
-    pub(crate) fn start_watching(&self) -> Result<(), WatchError> {
-        let shared = self.shared();
-        let paths = shared.reload.lock().paths.clone();
+    /// Starts watching the sources' directories; `changed` runs (on the watcher's thread)
+    /// after each settled burst of events that concern them. The watcher lives as long as
+    /// this reloader.
+    pub(crate) fn watch(&self, changed: impl Fn() + Send + 'static) -> Result<(), WatchError> {
         let mut directories = BTreeSet::new();
         let mut names = HashSet::new();
-        for path in &paths {
+        for source in &self.state.lock().sources {
+            let ConfigSource::File(path) = source;
             let directory = path
                 .parent()
                 .filter(|p| !p.as_os_str().is_empty())
@@ -228,17 +257,10 @@ impl<St: Store> Limits<St> {
                 names.insert(name.to_os_string());
             }
         }
-        let weak = Arc::downgrade(self.shared_arc());
         let mut debouncer = new_debouncer(DEBOUNCE, move |result: DebounceEventResult| {
-            // The limiter is gone: nothing to reload (the watcher is being dropped too).
-            let Some(limits) = Limits::from_weak(&weak) else {
-                return;
-            };
             match result {
-                Ok(events) if events.iter().any(|e| concerns(&e.path, &names)) => {
-                    // Errors were logged and recorded by `reload` itself.
-                    let _ = limits.reload();
-                }
+                // Errors are logged and recorded by the reload itself.
+                Ok(events) if events.iter().any(|e| concerns(&e.path, &names)) => changed(),
                 Ok(_) => {}
                 Err(error) => tracing::warn!(%error, "config file watcher error"),
             }
@@ -253,8 +275,17 @@ impl<St: Store> Limits<St> {
                     source,
                 })?;
         }
-        *shared.watcher.lock() = Some(debouncer);
+        *self.watcher.lock() = Some(debouncer);
         Ok(())
+    }
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader")
+            .field("sources", &self.state.lock().sources)
+            .field("watching", &self.watcher.lock().is_some())
+            .finish()
     }
 }
 

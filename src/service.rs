@@ -36,17 +36,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
 use http::{Request, Response};
 use tower::Service;
 
 use crate::body::ResponseBody;
-use crate::config::{Rule, RuleSet};
-use crate::decision::Decision;
+use crate::config::RuleSet;
 use crate::future::{PendingCharge, ResponseFuture};
 use crate::limits::{Limits, Plan};
-use crate::response::{RateLimitHeaders, rejection};
-use crate::store::{MemoryStore, Store, StoreError};
+use crate::outcome::Outcome;
+use crate::store::{MemoryStore, Store};
 
 /// A service behind rate limits. Made by [`RateLimitLayer`](crate::RateLimitLayer).
 pub struct RateLimit<S, St = MemoryStore> {
@@ -108,63 +106,6 @@ impl DecisionTimer {
         if let Some(started) = self.0 {
             metrics::histogram!("tollgate_decision_seconds")
                 .record(started.elapsed().as_secs_f64());
-        }
-    }
-}
-
-/// The verdict, in the form the response needs.
-pub(crate) enum Outcome {
-    /// Call the inner service, then add these headers (none for a failed store).
-    Admit(Option<RateLimitHeaders>),
-    /// Answer with this denial.
-    Reject(Response<Bytes>),
-}
-
-impl Outcome {
-    pub(crate) fn new(
-        result: Result<Decision, StoreError>,
-        rule: &Rule,
-        rules: &RuleSet,
-    ) -> Outcome {
-        let response = rules.response();
-        match result {
-            // Shadow: measure and report, never refuse, and show the client nothing.
-            Ok(decision) if rule.is_shadow() => {
-                if let Some(counters) = rule.counters() {
-                    if decision.allowed() {
-                        counters.allowed.increment(1);
-                    } else {
-                        counters.shadow_limited.increment(1);
-                        tracing::debug!(
-                            rule = rule.name(),
-                            retry_after = ?decision.retry_after(),
-                            "shadow rule would have limited this request"
-                        );
-                    }
-                }
-                Outcome::Admit(None)
-            }
-            Ok(decision) if decision.allowed() => {
-                if let Some(counters) = rule.counters() {
-                    counters.allowed.increment(1);
-                }
-                Outcome::Admit(Some(RateLimitHeaders::new(
-                    rule,
-                    &decision,
-                    response.headers,
-                )))
-            }
-            Ok(decision) => {
-                if let Some(counters) = rule.counters() {
-                    counters.limited.increment(1);
-                }
-                Outcome::Reject(rejection(rule, &decision, response))
-            }
-            Err(error) => {
-                // Failing open: a broken store must not take the service down with it.
-                tracing::warn!(rule = rule.name(), %error, "rate-limit store failed; request admitted");
-                Outcome::Admit(None)
-            }
         }
     }
 }

@@ -46,9 +46,9 @@
 //! waits until its usage is back under it. A change of burst alone needs no conversion —
 //! the same debt is the same number of used tokens.
 
+use super::CheckMode;
 use crate::Quota;
 use crate::decision::Decision;
-use crate::store::CheckMode;
 
 /// Decides a request of `cost` tokens at `now` against `quotas`, whose TATs are `tats`.
 ///
@@ -425,7 +425,7 @@ mod tests {
             extra_burst in 0u32..20,
             steps in proptest::collection::vec((0u64..2_000_000_000, 1u64..5), 1..200),
         ) {
-            let rate = crate::config::Rate::new(
+            let rate = crate::quota::Rate::new(
                 NonZeroU32::new(count).unwrap(),
                 Duration::from_millis(period_ms),
             ).unwrap();

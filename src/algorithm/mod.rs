@@ -2,6 +2,9 @@
 //!
 //! - [`gcra`]: the token bucket (the default).
 //! - [`window`]: the sliding- and fixed-window counters.
+//!
+//! Nothing here knows about rules, stores or requests: an engine is given the quotas, the
+//! state words, the cost, the [`CheckMode`] and the time, and returns a [`Decision`].
 
 pub(crate) mod gcra;
 pub(crate) mod window;
@@ -37,6 +40,31 @@ impl std::fmt::Display for Algorithm {
             Algorithm::SlidingWindow => "sliding-window",
             Algorithm::FixedWindow => "fixed-window",
         })
+    }
+}
+
+/// Whether a check takes tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CheckMode {
+    /// Take `cost` tokens if every quota admits the request.
+    Consume,
+    /// Report what would happen, changing nothing.
+    Peek,
+    /// Take `cost` tokens whatever the bucket holds, even past empty (`count_status`: the
+    /// response is one that counts). The bucket owes the difference and refuses until it
+    /// has refilled it.
+    Charge,
+}
+
+impl CheckMode {
+    /// Whether a check in this mode takes its tokens, given whether every quota admits it.
+    pub(crate) fn takes(self, admitted: bool) -> bool {
+        match self {
+            CheckMode::Consume => admitted,
+            CheckMode::Charge => true,
+            CheckMode::Peek => false,
+        }
     }
 }
 

@@ -20,9 +20,9 @@
 //! Timestamps older than the window a bucket last counted in are counted in that window —
 //! the counter never moves backwards — so replaying out-of-order events cannot corrupt it.
 
+use super::CheckMode;
 use crate::Quota;
 use crate::decision::Decision;
-use crate::store::CheckMode;
 
 /// Which counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,7 +186,7 @@ mod tests {
     const T0: u64 = 1_000 * 100 * SECOND;
 
     fn quota(rate: &str) -> Quota {
-        let rate: crate::config::Rate = rate.parse().unwrap();
+        let rate: crate::quota::Rate = rate.parse().unwrap();
         Quota::new(rate, NonZeroU32::new(rate.count()).unwrap()).unwrap()
     }
 

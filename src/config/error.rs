@@ -2,8 +2,7 @@
 
 use std::fmt;
 use std::io;
-use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// One problem in one file.
 ///
@@ -94,78 +93,5 @@ impl fmt::Display for Lines<'_> {
             write!(f, "{diagnostic}")?;
         }
         Ok(())
-    }
-}
-
-/// A config file's text, for turning byte spans into lines and columns.
-#[derive(Clone, Debug)]
-pub(crate) struct Source {
-    pub(crate) path: PathBuf,
-    pub(crate) text: String,
-    /// Byte offset of the start of each line, so locating a span is a binary search
-    /// (a 10,000-rule file locates every rule's origin).
-    line_starts: Vec<usize>,
-}
-
-impl Source {
-    pub(crate) fn new(path: impl AsRef<Path>, text: impl Into<String>) -> Source {
-        let text = text.into();
-        let line_starts = std::iter::once(0)
-            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
-            .collect();
-        Source {
-            path: path.as_ref().to_path_buf(),
-            text,
-            line_starts,
-        }
-    }
-
-    /// A diagnostic at the start of `span`.
-    pub(crate) fn at(&self, span: Range<usize>, message: impl Into<String>) -> Diagnostic {
-        let offset = span.start.min(self.text.len());
-        let line = self.line_starts.partition_point(|&start| start <= offset);
-        let line_start = line
-            .checked_sub(1)
-            .and_then(|i| self.line_starts.get(i))
-            .copied()
-            .unwrap_or(0);
-        let column = self
-            .text
-            .get(line_start..offset)
-            .map_or(0, |s| s.chars().count())
-            + 1;
-        Diagnostic {
-            file: self.path.clone(),
-            line,
-            column,
-            message: message.into(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spans_become_lines_and_columns() {
-        let source = Source::new("a.toml", "x = 1\n\ny = \"é\" z\n");
-        let at = |offset: usize| {
-            let d = source.at(offset..offset + 1, "m");
-            (d.line, d.column)
-        };
-        assert_eq!(at(0), (1, 1));
-        assert_eq!(at(4), (1, 5));
-        assert_eq!(at(7), (3, 1));
-        // "é" is two bytes but one column: `z` is the ninth character.
-        assert_eq!(at(16), (3, 9));
-        assert_eq!(at(1_000), (4, 1));
-    }
-
-    #[test]
-    fn several_problems_print_one_per_line() {
-        let source = Source::new("a.toml", "a\nb\n");
-        let error = ConfigError::Invalid(vec![source.at(0..1, "first"), source.at(2..3, "second")]);
-        assert_eq!(error.to_string(), "a.toml:1:1: first\na.toml:2:1: second");
     }
 }

@@ -1,20 +1,43 @@
 //! Limits as people write them: TOML files (SPEC §3), parsed, validated and compiled.
 //!
-//! Parsing keeps spans; validation reports every problem with file, line and column;
-//! compiling builds the immutable [`RuleSet`] the layer reads.
+//! The pipeline, one file a stage: `source` reads the texts (a file today) →
+//! `raw` parses each into serde structs that keep spans → `settings` folds the settings
+//! tables (`[key]`, `[client]`, `[response]`, `[gateway]`, `[store]`) over the files in order
+//! → `compile` validates every rule into a [`Limit`] and assembles the immutable
+//! [`RuleSet`], whose `prefix` trie finds a request's [`Rule`]; `explain` shows that search
+//! step by step. Every problem is reported at once, with file, line and column
+//! ([`Diagnostic`]); nothing of a refused set is applied.
+//!
+//! ```
+//! use tollgate::config::RuleSet;
+//!
+//! let rules = RuleSet::from_toml("[limits]\n\"/\" = \"20/s\"\nlogin = \"5/min\"\n")?;
+//! assert_eq!(rules.resolve("login", "203.0.113.7").unwrap().name(), "login");
+//! assert!(RuleSet::from_toml("[limits]\nlogin = \"5/fortnight\"\n").is_err());
+//! # Ok::<(), tollgate::config::ConfigError>(())
+//! ```
 
+mod compile;
 mod error;
-mod rate;
+mod explain;
+mod gateway;
+mod prefix;
 mod raw;
-pub(crate) mod rules;
+mod response;
+mod rule;
+mod rule_set;
+mod settings;
+pub(crate) mod source;
 mod store;
 
-pub(crate) use error::Source;
 pub use error::{ConfigError, Diagnostic};
-pub use rate::{Rate, RateError, parse_duration};
+pub use explain::{Explanation, Step};
+pub use gateway::{GatewaySettings, parse_upstream};
 pub use raw::Per;
-pub use rules::{
-    Explanation, GatewaySettings, Limit, MAX_CONFIG_BYTES, Origin, Rule, RuleSet, StatusSet, Step,
-    parse_upstream,
-};
+pub use response::{BodyTemplate, HeaderStyle, ResponseSettings};
+pub use rule::{Limit, Origin, Rule, RuleId, StatusSet};
+pub use rule_set::RuleSet;
+pub use source::MAX_CONFIG_BYTES;
 pub use store::{Backend, OnBackendError, RedisSettings, StoreSettings};
+
+pub use crate::quota::{Rate, RateError, parse_duration};

@@ -1,6 +1,6 @@
 //! The config as written: serde structs as close to the TOML as possible.
 //!
-//! Nothing here judges values; [`super::rules`] validates and compiles. Every table refuses
+//! Nothing here judges values; `compile` and `settings` validate. Every table refuses
 //! unknown fields, and values keep their spans so errors can point at them.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,8 @@ use serde::de::{self, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
-use crate::response::HeaderStyle;
+use super::response::HeaderStyle;
+use crate::algorithm::Algorithm;
 
 /// One config file.
 #[derive(Debug, Default, Deserialize)]
@@ -109,7 +110,7 @@ pub(crate) struct RawRule {
     pub(crate) unlimited: Option<Spanned<bool>>,
     pub(crate) strict: Option<Spanned<bool>>,
     pub(crate) shadow: Option<Spanned<bool>>,
-    pub(crate) algorithm: Option<Spanned<crate::Algorithm>>,
+    pub(crate) algorithm: Option<Spanned<Algorithm>>,
     pub(crate) count_status: Option<Spanned<Vec<Spanned<toml::Value>>>>,
 }
 
@@ -123,7 +124,7 @@ struct RawRuleTable {
     unlimited: Option<Spanned<bool>>,
     strict: Option<Spanned<bool>>,
     shadow: Option<Spanned<bool>>,
-    algorithm: Option<Spanned<crate::Algorithm>>,
+    algorithm: Option<Spanned<Algorithm>>,
     count_status: Option<Spanned<Vec<Spanned<toml::Value>>>>,
 }
 

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::error::{Diagnostic, Source};
+use super::error::Diagnostic;
 use super::raw::RawStore;
+use super::source::SourceText;
+use crate::quota::parse_duration;
 
 /// The `[store]` table.
 ///
@@ -132,9 +134,11 @@ impl Default for RedisSettings {
 
 impl StoreSettings {
     /// Applies one file's `[store]` table, reporting every bad value.
-    pub(super) fn apply(&mut self, source: &Source, raw: &RawStore, out: &mut Vec<Diagnostic>) {
-        let duration = |field: &str, text: &Spanned<String>, out: &mut Vec<Diagnostic>| {
-            match super::rate::parse_duration(text.get_ref()) {
+    pub(super) fn apply(&mut self, source: &SourceText, raw: &RawStore, out: &mut Vec<Diagnostic>) {
+        let duration =
+            |field: &str, text: &Spanned<String>, out: &mut Vec<Diagnostic>| match parse_duration(
+                text.get_ref(),
+            ) {
                 Some(d) if !d.is_zero() => Some(d),
                 _ => {
                     out.push(source.at(
@@ -146,8 +150,7 @@ impl StoreSettings {
                     ));
                     None
                 }
-            }
-        };
+            };
         let count = |field: &str, n: &Spanned<i64>, max: i64, out: &mut Vec<Diagnostic>| {
             if (1..=max).contains(n.get_ref()) {
                 usize::try_from(*n.get_ref()).ok()
@@ -202,7 +205,7 @@ impl StoreSettings {
 
     fn apply_redis(
         &mut self,
-        source: &Source,
+        source: &SourceText,
         raw: &RawStore,
         out: &mut Vec<Diagnostic>,
         duration: impl Fn(&str, &Spanned<String>, &mut Vec<Diagnostic>) -> Option<Duration>,

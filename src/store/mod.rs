@@ -51,27 +51,15 @@ pub use snapshot::SnapshotError;
 /// The boxed future of an occasional, administrative store call.
 pub type AdminFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send>>;
 
+pub use crate::algorithm::CheckMode;
+pub use crate::config::RuleId;
+
 use crate::Quota;
 use crate::algorithm::Algorithm;
 use crate::clock::Timestamp;
+use crate::config::RuleSet;
 use crate::decision::Decision;
 use crate::key::Client;
-
-/// A rule's identity inside one [`Limits`](crate::Limits): buckets are keyed by it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RuleId(u32);
-
-impl RuleId {
-    /// The rule id `id`.
-    pub const fn new(id: u32) -> RuleId {
-        RuleId(id)
-    }
-
-    /// The number behind it.
-    pub const fn get(self) -> u32 {
-        self.0
-    }
-}
 
 /// Which bucket: a rule, and the client for `per = "client"` rules (`None` for
 /// `per = "global"`, one bucket for everyone).
@@ -81,31 +69,6 @@ pub struct BucketRef<'a> {
     pub rule: RuleId,
     /// The client, or `None` for a rule's single global bucket.
     pub client: Option<&'a Client<'a>>,
-}
-
-/// Whether a check takes tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CheckMode {
-    /// Take `cost` tokens if every quota admits the request.
-    Consume,
-    /// Report what would happen, changing nothing.
-    Peek,
-    /// Take `cost` tokens whatever the bucket holds, even past empty (`count_status`: the
-    /// response is one that counts). The bucket owes the difference and refuses until it
-    /// has refilled it.
-    Charge,
-}
-
-impl CheckMode {
-    /// Whether a check in this mode takes its tokens, given whether every quota admits it.
-    pub(crate) fn takes(self, admitted: bool) -> bool {
-        match self {
-            CheckMode::Consume => admitted,
-            CheckMode::Charge => true,
-            CheckMode::Peek => false,
-        }
-    }
 }
 
 /// Everything a store needs for one decision.
@@ -168,7 +131,7 @@ pub trait Store: Send + Sync + 'static {
     /// Meets a newly compiled rule set before it takes effect (at load and at every
     /// reload): its `[store]` table, and its rules' keys for stores that name buckets by
     /// them. The default ignores it.
-    fn configure(&self, rules: &crate::config::RuleSet) {
+    fn configure(&self, rules: &RuleSet) {
         let _ = rules;
     }
 
@@ -182,21 +145,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// Writes the buckets to `[store] snapshot`, if set, and returns how many were written.
     /// The default writes nothing (a shared store outlives its clients anyway).
-    fn save_snapshot(
-        &self,
-        rules: &crate::config::RuleSet,
-        now: Timestamp,
-    ) -> Result<usize, SnapshotError> {
+    fn save_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
         let _ = (rules, now);
         Ok(0)
     }
 
     /// Reads the buckets back from `[store] snapshot`, if set, at start.
-    fn restore_snapshot(
-        &self,
-        rules: &crate::config::RuleSet,
-        now: Timestamp,
-    ) -> Result<usize, SnapshotError> {
+    fn restore_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
         let _ = (rules, now);
         Ok(0)
     }

@@ -29,23 +29,23 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-use super::snapshot::{self, Record};
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, RuleId, SnapshotError,
-    Store, StoreError, TopRows,
+    Store, StoreError,
 };
 use crate::algorithm::{Algorithm, gcra};
 use crate::clock::Timestamp;
-use crate::config::Limit;
+use crate::config::RuleSet;
 use crate::decision::Decision;
-use crate::key::Client;
 use crate::quota::IntervalId;
 
+mod listing;
+mod persist;
 mod state;
 mod tables;
 
 use state::{State, decide_gcra};
-use tables::{Compact, Entry, SEEN_SHIFT, Tables, compact_ip, seen_stamp};
+use tables::{Compact, Entry, Tables, compact_ip, seen_stamp};
 
 /// The in-memory bucket store.
 ///
@@ -280,161 +280,10 @@ fn decide_general(entry: &mut Entry, request: &CheckRequest<'_>, now: u64) -> De
 }
 
 impl MemoryStore {
-    /// The buckets `query` asks for; what [`Store::buckets`] returns, synchronously.
-    pub fn list(&self, query: &BucketQuery) -> Vec<BucketRow> {
-        let now = query.now.as_unix_nanos();
-        let rules: std::collections::HashMap<RuleId, &crate::config::Rule> = query
-            .rules
-            .rules()
-            .iter()
-            .map(|rule| (rule.id(), rule))
-            .collect();
-        let mut top = TopRows::new(query.sort, query.limit);
-        let mut key = String::new();
-        for shard in &self.shards {
-            shard.0.lock().for_each(|entry| {
-                let Some(rule) = rules.get(&entry.rule) else {
-                    return; // a rule being removed
-                };
-                let Limit::Limited {
-                    quotas, algorithm, ..
-                } = rule.limit()
-                else {
-                    return;
-                };
-                key.clear();
-                rule.write_bucket_key(&mut key, entry.client.as_ref().unwrap_or(&Client::Unknown));
-                if !key.starts_with(query.prefix.as_str()) {
-                    return;
-                }
-                let mut state = if entry.state.fits(*algorithm, quotas) {
-                    entry.state.clone()
-                } else {
-                    entry.state.carried_over(*algorithm, quotas, now)
-                };
-                let peek = CheckRequest {
-                    bucket: entry.bucket(),
-                    quotas,
-                    cost: 1,
-                    now: query.now,
-                    mode: CheckMode::Peek,
-                    algorithm: *algorithm,
-                    strict: false,
-                };
-                let decision = state.decide(&peek, now);
-                let capacity = decision.limit().max(1);
-                let fraction = decision.remaining() as f64 / capacity as f64;
-                if query.max_fraction.is_some_and(|max| fraction > max) {
-                    return;
-                }
-                top.offer(BucketRow {
-                    key: key.clone(),
-                    rule: rule.name().to_owned(),
-                    remaining: decision.remaining(),
-                    capacity,
-                    fraction,
-                    last_seen: Timestamp::from_unix_nanos(u64::from(entry.last_seen) << SEEN_SHIFT),
-                });
-            });
-        }
-        top.finish()
-    }
-
     /// Drops one bucket; whether it existed.
     pub fn remove_bucket(&self, bucket: BucketRef<'_>) -> bool {
         let hash = self.hasher.hash_one(bucket);
         self.shard(hash).lock().remove(hash, bucket)
-    }
-
-    /// Every bucket of a rule in `rules`, for a snapshot.
-    fn export(&self, rules: &crate::config::RuleSet) -> Vec<Record> {
-        let keys: std::collections::HashMap<RuleId, &str> = rules
-            .rules()
-            .iter()
-            .map(|rule| (rule.id(), rule.key()))
-            .collect();
-        let mut records = Vec::new();
-        for shard in &self.shards {
-            shard.0.lock().for_each(|entry| {
-                let Some(rule) = keys.get(&entry.rule) else {
-                    return;
-                };
-                let (one, words) = match &entry.state {
-                    State::One { tat, interval } => (true, vec![tat[0], *interval]),
-                    State::Many(words) => (false, words.to_vec()),
-                };
-                records.push(Record {
-                    rule: (*rule).to_owned(),
-                    client: entry.client.clone(),
-                    one,
-                    words,
-                });
-            });
-        }
-        records
-    }
-
-    /// Puts snapshot buckets back under today's rules; buckets of rules that are gone, or
-    /// whose kind of bucket changed, or that have refilled meanwhile, are skipped.
-    fn import(&self, rules: &crate::config::RuleSet, records: Vec<Record>, now: u64) -> usize {
-        let mut restored = 0;
-        for record in records {
-            let Some(rule) = rules.get(&record.rule) else {
-                continue;
-            };
-            let global = matches!(
-                rule.limit(),
-                Limit::Limited {
-                    per: crate::config::Per::Global,
-                    ..
-                }
-            );
-            if !matches!(rule.limit(), Limit::Limited { .. }) || global != record.client.is_none() {
-                continue;
-            }
-            let state = if record.one {
-                State::One {
-                    tat: [record.words[0]],
-                    interval: record.words[1],
-                }
-            } else {
-                State::Many(record.words.into_boxed_slice())
-            };
-            let entry = Entry {
-                rule: rule.id(),
-                last_seen: seen_stamp(now),
-                client: record.client,
-                state,
-            };
-            if entry.state.refills_in(now) == 0 {
-                continue;
-            }
-            let hash = self.hasher.hash_one(entry.bucket());
-            let mut tables = self.shard(hash).lock();
-            if tables.contains(hash, entry.bucket()) {
-                continue;
-            }
-            let hasher = &self.hasher;
-            let compact = match (&entry.state, compact_ip(entry.bucket())) {
-                (State::One { tat, interval }, Some(ip)) => IntervalId::intern(*interval)
-                    .map(|interval| Compact::new(entry.rule, ip, interval, tat[0], now)),
-                _ => None,
-            };
-            match compact {
-                Some(compact) => {
-                    tables
-                        .compact
-                        .insert_unique(hash, compact, |c| hash_compact(hasher, c));
-                }
-                None => {
-                    tables
-                        .general
-                        .insert_unique(hash, entry, |e| hasher.hash_one(e.bucket()));
-                }
-            }
-            restored += 1;
-        }
-        restored
     }
 
     /// Drops every bucket of `rules` (rules a reload removed).
@@ -473,7 +322,7 @@ impl Store for MemoryStore {
         self.forget_rules(rules);
     }
 
-    fn configure(&self, rules: &crate::config::RuleSet) {
+    fn configure(&self, rules: &RuleSet) {
         self.set_max_buckets(rules.store().max_buckets);
     }
 
@@ -481,29 +330,12 @@ impl Store for MemoryStore {
         self.sweep_idle(now)
     }
 
-    fn save_snapshot(
-        &self,
-        rules: &crate::config::RuleSet,
-        now: Timestamp,
-    ) -> Result<usize, SnapshotError> {
-        let Some(path) = &rules.store().snapshot else {
-            return Ok(0);
-        };
-        let records = self.export(rules);
-        snapshot::write(path, now, &records)?;
-        Ok(records.len())
+    fn save_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
+        self.save(rules, now)
     }
 
-    fn restore_snapshot(
-        &self,
-        rules: &crate::config::RuleSet,
-        now: Timestamp,
-    ) -> Result<usize, SnapshotError> {
-        let Some(path) = &rules.store().snapshot else {
-            return Ok(0);
-        };
-        let records = snapshot::read(path)?;
-        Ok(self.import(rules, records, now.as_unix_nanos()))
+    fn restore_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
+        self.restore(rules, now)
     }
 
     fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {
@@ -520,6 +352,7 @@ mod tests {
     use super::*;
     use crate::Quota;
     use crate::clock::{Clock, FakeClock};
+    use crate::key::Client;
     use crate::store::BucketSort;
     use std::future::Future as _;
     use std::num::NonZeroU32;

@@ -53,6 +53,8 @@
 
 mod breaker;
 mod keys;
+mod listing;
+mod script;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -65,22 +67,20 @@ use parking_lot::Mutex;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use self::breaker::Breaker;
-use self::keys::{RuleKeys, parse_bucket_key};
+use self::keys::RuleKeys;
+use self::listing::list;
+use self::script::{SCRIPT, decision_from, script_args};
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, MemoryStore, RuleId,
-    Store, StoreError, TopRows,
+    Store, StoreError,
 };
 use crate::Quota;
-use crate::algorithm::{Algorithm, keep_most_restrictive};
+use crate::algorithm::Algorithm;
 use crate::clock::Timestamp;
-use crate::config::{Limit, OnBackendError, RedisSettings, RuleSet};
+use crate::config::{OnBackendError, RedisSettings, RuleSet};
 use crate::decision::Decision;
 use crate::key::Client;
 
-/// The decision script: see the module docs.
-const SCRIPT: &str = include_str!("decide.lua");
-/// The most keys one `/buckets` listing examines.
-const MAX_LISTED: usize = 10_000;
 /// Failures are logged at most once per this many seconds.
 const LOG_EVERY_SECS: u64 = 5;
 
@@ -216,104 +216,6 @@ impl OwnedRequest {
             mode: self.mode,
         }
     }
-}
-
-/// Microseconds as the script reads them: exact, fractions included.
-fn micros(nanos: u64) -> String {
-    if nanos.is_multiple_of(1_000) {
-        (nanos / 1_000).to_string()
-    } else {
-        (nanos as f64 / 1_000.0).to_string()
-    }
-}
-
-/// The script's arguments for a decision of `quotas` at `now` (`None`: the server's time).
-fn script_args(
-    now: Option<Timestamp>,
-    mode: CheckMode,
-    cost: u64,
-    strict: bool,
-    algorithm: Algorithm,
-    quotas: &[Quota],
-) -> Vec<String> {
-    let mut args = Vec::with_capacity(6 + 3 * quotas.len());
-    args.push(now.map_or_else(String::new, |t| (t.as_unix_nanos() / 1_000).to_string()));
-    args.push(
-        match mode {
-            CheckMode::Consume => "c",
-            CheckMode::Peek => "p",
-            CheckMode::Charge => "g",
-        }
-        .to_owned(),
-    );
-    args.push(cost.to_string());
-    args.push(if strict { "1" } else { "0" }.to_owned());
-    args.push(
-        match algorithm {
-            Algorithm::Gcra => "g",
-            Algorithm::SlidingWindow => "s",
-            Algorithm::FixedWindow => "f",
-        }
-        .to_owned(),
-    );
-    args.push(quotas.len().to_string());
-    for quota in quotas {
-        match algorithm {
-            Algorithm::Gcra => {
-                args.push(micros(quota.interval_nanos()));
-                args.push(micros(quota.capacity_nanos()));
-                args.push(quota.burst().to_string());
-            }
-            Algorithm::SlidingWindow | Algorithm::FixedWindow => {
-                args.push(micros(quota.period_nanos()));
-                args.push(quota.rate().count().to_string());
-                args.push("0".to_owned());
-            }
-        }
-    }
-    args
-}
-
-/// The script's reply, as a [`Decision`] described exactly as the in-memory engines do.
-fn decision_from(
-    reply: &[i64],
-    algorithm: Algorithm,
-    quotas: &[Quota],
-) -> Result<Decision, StoreError> {
-    if reply.len() != 2 + 3 * quotas.len() {
-        return Err(StoreError::Unavailable {
-            reason: format!("unexpected reply from the decision script: {reply:?}"),
-        });
-    }
-    // Nanoseconds; -1 means "never".
-    let nanos = |ns: i64| u64::try_from(ns).unwrap_or(u64::MAX);
-    let allowed = reply[0] == 1;
-    let mut described = None;
-    for (index, (quota, figures)) in quotas.iter().zip(reply[2..].chunks_exact(3)).enumerate() {
-        let index = u32::try_from(index).unwrap_or(u32::MAX);
-        let candidate = match algorithm {
-            Algorithm::Gcra => Decision::bucket(
-                allowed,
-                index,
-                u64::from(quota.burst()),
-                quota.interval_nanos(),
-                nanos(figures[0]),
-                nanos(figures[1]),
-            ),
-            Algorithm::SlidingWindow | Algorithm::FixedWindow => Decision::counted(
-                allowed,
-                index,
-                u64::from(quota.rate().count()),
-                quota.period_nanos(),
-                u64::try_from(figures[0]).unwrap_or(0),
-                nanos(figures[1]),
-                nanos(figures[2]),
-                0,
-            ),
-        };
-        keep_most_restrictive(&mut described, candidate);
-    }
-    Ok(described.map_or(Decision::unlimited(), |d| d.with_reset(nanos(reply[1]))))
 }
 
 impl Inner {
@@ -528,174 +430,5 @@ impl Store for RedisStore {
 fn unavailable(error: redis::RedisError) -> StoreError {
     StoreError::Unavailable {
         reason: error.to_string(),
-    }
-}
-
-/// `text` with Redis glob characters escaped, for `SCAN MATCH`.
-fn escape_glob(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len() + 4);
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped
-}
-
-/// The `/buckets` listing: `SCAN` of this store's keys (at most [`MAX_LISTED`]), then one
-/// pipeline peeking every bucket of a known rule under the asked prefix.
-async fn list(
-    inner: &Inner,
-    settings: &RedisSettings,
-    query: &BucketQuery,
-) -> redis::RedisResult<Vec<BucketRow>> {
-    let mut connection = inner.connection().await?;
-    let pattern = format!("{}*", escape_glob(&settings.key_prefix));
-    let mut keys: Vec<String> = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1_000)
-            .query_async(&mut connection)
-            .await?;
-        keys.extend(batch);
-        cursor = next;
-        if cursor == 0 || keys.len() >= MAX_LISTED {
-            break;
-        }
-    }
-    keys.truncate(MAX_LISTED);
-
-    struct Candidate<'r> {
-        display: String,
-        rule: &'r crate::config::Rule,
-        algorithm: Algorithm,
-        quotas: &'r [Quota],
-    }
-    let now = inner
-        .caller_time
-        .load(Ordering::Relaxed)
-        .then_some(query.now);
-    let mut pipeline = redis::pipe();
-    pipeline.cmd("SCRIPT").arg("LOAD").arg(SCRIPT).ignore();
-    let mut candidates = Vec::new();
-    for key in &keys {
-        let Some((rule_key, client)) = parse_bucket_key(&settings.key_prefix, key) else {
-            continue;
-        };
-        let Some(rule) = query.rules.get(rule_key) else {
-            continue;
-        };
-        let Limit::Limited {
-            quotas, algorithm, ..
-        } = rule.limit()
-        else {
-            continue;
-        };
-        let mut display = String::new();
-        let client = client.map_or(Client::Unknown, Client::from_segment);
-        rule.write_bucket_key(&mut display, &client);
-        if !display.starts_with(query.prefix.as_str()) {
-            continue;
-        }
-        pipeline.cmd("OBJECT").arg("IDLETIME").arg(key);
-        pipeline
-            .cmd("EVALSHA")
-            .arg(inner.script.get_hash())
-            .arg(1)
-            .arg(key)
-            .arg(script_args(
-                now,
-                CheckMode::Peek,
-                1,
-                false,
-                *algorithm,
-                quotas,
-            ));
-        candidates.push(Candidate {
-            display,
-            rule,
-            algorithm: *algorithm,
-            quotas,
-        });
-    }
-    if candidates.is_empty() {
-        return Ok(Vec::new());
-    }
-    let replies: Vec<redis::Value> = pipeline.query_async(&mut connection).await?;
-    let mut top = TopRows::new(query.sort, query.limit);
-    let now_ns = query.now.as_unix_nanos();
-    for (candidate, pair) in candidates.into_iter().zip(replies.chunks_exact(2)) {
-        let idle: u64 = redis::from_redis_value_ref(&pair[0]).unwrap_or(0);
-        let Ok(reply) = redis::from_redis_value_ref::<Vec<i64>>(&pair[1]) else {
-            continue; // expired between SCAN and now, or not ours
-        };
-        let Ok(decision) = decision_from(&reply, candidate.algorithm, candidate.quotas) else {
-            continue;
-        };
-        let capacity = decision.limit().max(1);
-        let fraction = decision.remaining() as f64 / capacity as f64;
-        if query.max_fraction.is_some_and(|max| fraction > max) {
-            continue;
-        }
-        top.offer(BucketRow {
-            key: candidate.display,
-            rule: candidate.rule.name().to_owned(),
-            remaining: decision.remaining(),
-            capacity,
-            fraction,
-            last_seen: Timestamp::from_unix_nanos(
-                now_ns.saturating_sub(idle.saturating_mul(1_000_000_000)),
-            ),
-        });
-    }
-    Ok(top.finish())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::num::NonZeroU32;
-
-    #[test]
-    fn arguments_are_exact_microseconds() {
-        let quota = Quota::new("3/s".parse().unwrap(), NonZeroU32::new(3).unwrap()).unwrap();
-        let args = script_args(
-            Some(Timestamp::from_unix_nanos(1_500_000_999)),
-            CheckMode::Charge,
-            2,
-            true,
-            Algorithm::Gcra,
-            &[quota],
-        );
-        assert_eq!(
-            args,
-            [
-                "1500000",
-                "g",
-                "2",
-                "1",
-                "g",
-                "1",
-                "333333.333",
-                "999999.999",
-                "3"
-            ]
-        );
-    }
-
-    #[test]
-    fn a_malformed_reply_is_an_error_not_a_decision() {
-        let quota = Quota::new("3/s".parse().unwrap(), NonZeroU32::new(3).unwrap()).unwrap();
-        assert!(decision_from(&[1, 0], Algorithm::Gcra, &[quota]).is_err());
-        let decision =
-            decision_from(&[0, 2_000, 1_000, 500, 0], Algorithm::Gcra, &[quota]).unwrap();
-        assert!(!decision.allowed());
-        assert_eq!(decision.retry_after(), Duration::from_nanos(500));
     }
 }

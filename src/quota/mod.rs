@@ -25,8 +25,11 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
+mod rate;
+
+pub use rate::{Rate, RateError, parse_duration};
+
 use crate::clock::duration_nanos;
-use crate::config::Rate;
 
 /// A rate with its burst, and the nanosecond figures the algorithms use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,0 +1,92 @@
+//! Why a request gets the rule it gets: the prefixes tried, most general first (the
+//! gateway's `/explain`).
+
+use super::prefix::Segments;
+use super::rule_set::RuleSet;
+use crate::key::Client;
+
+/// How a request key resolved, prefix by prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Explanation {
+    /// The normalised route.
+    pub route: String,
+    /// The client segment.
+    pub client: String,
+    /// The request key, `route/client`.
+    pub key: String,
+    /// Each prefix looked up, most general first, and whether a rule is configured there.
+    /// The walk stops at the first prefix that no rule starts with.
+    pub tried: Vec<Step>,
+    /// The rule that applies: the longest prefix with a rule.
+    pub rule: Option<String>,
+    /// The bucket the request would draw on (none for unlimited or unmatched requests).
+    pub bucket: Option<String>,
+}
+
+/// One prefix [`RuleSet::explain`] looked up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Step {
+    /// The prefix (`/` for the root).
+    pub prefix: String,
+    /// Whether a rule is configured at exactly this prefix.
+    pub has_rule: bool,
+}
+
+impl RuleSet {
+    /// How `route` (normalised) and `client` resolve, prefix by prefix: what the gateway's
+    /// `/explain` shows.
+    ///
+    /// ```
+    /// use tollgate::Limits;
+    ///
+    /// let limits = Limits::from_toml("[limits]\n\"/\" = \"9/s\"\napi = \"5/s\"\n")?;
+    /// let why = limits.rules().explain("api/search", "203.0.113.7");
+    /// assert_eq!(why.rule.as_deref(), Some("api"));
+    /// let tried: Vec<_> = why.tried.iter().map(|s| (s.prefix.as_str(), s.has_rule)).collect();
+    /// assert_eq!(tried, [("/", true), ("api", true), ("api/search", false)]);
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn explain(&self, route: &str, client: &str) -> Explanation {
+        let key = if route.is_empty() {
+            client.to_owned()
+        } else {
+            format!("{route}/{client}")
+        };
+        let segments: Vec<&str> = Segments(route).chain(std::iter::once(client)).collect();
+        let found = self.table().trace(
+            segments.iter().copied(),
+            self.route_settings().case_insensitive,
+        );
+        let mut prefix = String::new();
+        let mut tried = Vec::with_capacity(found.len());
+        for (depth, has_rule) in found.into_iter().enumerate() {
+            if let Some(segment) = depth.checked_sub(1).and_then(|i| segments.get(i)) {
+                if !prefix.is_empty() {
+                    prefix.push('/');
+                }
+                prefix.push_str(segment);
+            }
+            tried.push(Step {
+                prefix: if depth == 0 {
+                    "/".into()
+                } else {
+                    prefix.clone()
+                },
+                has_rule,
+            });
+        }
+        let rule = self.resolve(route, client);
+        Explanation {
+            route: route.to_owned(),
+            client: client.to_owned(),
+            key,
+            tried,
+            rule: rule.map(|r| r.name().to_owned()),
+            bucket: rule
+                .filter(|r| !r.is_unlimited())
+                .map(|r| r.bucket_key(&Client::from_segment(client))),
+        }
+    }
+}

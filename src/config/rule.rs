@@ -1,0 +1,374 @@
+//! One compiled rule: its key and identity, what it limits, where it was written, and what
+//! is computed once for it so that requests do not (the `RateLimit-Policy` values, the
+//! metric handles).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use http::HeaderValue;
+
+use crate::algorithm::Algorithm;
+use crate::key::Client;
+use crate::quota::Quota;
+
+use super::raw::Per;
+
+/// A rule's identity inside one [`Limits`](crate::Limits): buckets are keyed by it.
+///
+/// Ids are never reused: a rule removed and later restored starts with fresh buckets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleId(u32);
+
+impl RuleId {
+    /// The rule id `id`.
+    pub const fn new(id: u32) -> RuleId {
+        RuleId(id)
+    }
+
+    /// The number behind it.
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+}
+
+/// One validated rule.
+#[derive(Debug)]
+pub struct Rule {
+    key: String,
+    name: Arc<str>,
+    id: RuleId,
+    limit: Limit,
+    origin: Origin,
+    policy_name: String,
+    policies: Vec<HeaderValue>,
+    /// `None` for unlimited rules, which count nothing.
+    counters: Option<RuleCounters>,
+}
+
+/// Handles to the rule's request counters, made once when the rule is compiled so that
+/// counting a request is an atomic add (no label strings built per request). They bind to
+/// the `metrics` recorder installed at that moment; without one they are no-ops.
+#[derive(Clone)]
+pub(crate) struct RuleCounters {
+    pub(crate) allowed: metrics::Counter,
+    pub(crate) limited: metrics::Counter,
+    pub(crate) shadow_limited: metrics::Counter,
+}
+
+impl RuleCounters {
+    fn new(name: &str) -> RuleCounters {
+        let name: Arc<str> = Arc::from(name);
+        RuleCounters {
+            allowed: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "allowed"),
+            limited: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "limited"),
+            shadow_limited: metrics::counter!("tollgate_requests_total", "rule" => name, "outcome" => "shadow_limited"),
+        }
+    }
+}
+
+impl fmt::Debug for RuleCounters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RuleCounters")
+    }
+}
+
+/// What a rule does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Limit {
+    /// `unlimited = true`: no bucket, no headers.
+    Unlimited,
+    /// A bucket per client (or one global bucket) with one or more quotas.
+    Limited {
+        /// Every quota must admit a request.
+        quotas: Vec<Quota>,
+        /// Tokens each request takes.
+        cost: u64,
+        /// Per client, or one bucket for everyone.
+        per: Per,
+        /// How the quotas count.
+        algorithm: Algorithm,
+        /// Refused requests hold the refill back (GCRA only).
+        strict: bool,
+        /// Measure and report, never refuse.
+        shadow: bool,
+        /// Only responses with these statuses take tokens; `None`: every request does.
+        count_status: Option<StatusSet>,
+    },
+}
+
+/// The statuses a `count_status` rule charges for: exact codes and classes (`"5xx"`).
+///
+/// ```
+/// use http::StatusCode;
+/// use tollgate::config::StatusSet;
+///
+/// let set = StatusSet::new([401, 403], ['5']);
+/// assert!(set.contains(StatusCode::UNAUTHORIZED));
+/// assert!(set.contains(StatusCode::BAD_GATEWAY));
+/// assert!(!set.contains(StatusCode::OK));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusSet {
+    codes: Vec<u16>,
+    classes: Vec<char>,
+}
+
+impl StatusSet {
+    /// Exact `codes` and whole `classes` (`'5'` for every 5xx).
+    pub fn new(
+        codes: impl IntoIterator<Item = u16>,
+        classes: impl IntoIterator<Item = char>,
+    ) -> StatusSet {
+        StatusSet {
+            codes: codes.into_iter().collect(),
+            classes: classes.into_iter().collect(),
+        }
+    }
+
+    /// Whether responses with `status` take tokens.
+    pub fn contains(&self, status: http::StatusCode) -> bool {
+        let code = status.as_u16();
+        self.codes.contains(&code)
+            || self
+                .classes
+                .iter()
+                .any(|&class| class.to_digit(10) == Some(u32::from(code / 100)))
+    }
+}
+
+impl fmt::Display for StatusSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let items: Vec<String> = self
+            .codes
+            .iter()
+            .map(ToString::to_string)
+            .chain(self.classes.iter().map(|c| format!("{c}xx")))
+            .collect();
+        f.write_str(&items.join(", "))
+    }
+}
+
+impl Limit {
+    /// What kind of bucket the rule keeps: none, per client, or global.
+    pub(super) fn bucket_kind(&self) -> Option<Per> {
+        match self {
+            Limit::Unlimited => None,
+            Limit::Limited { per, .. } => Some(*per),
+        }
+    }
+}
+
+/// Where a rule was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line of the rule's key.
+    pub line: usize,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file.display(), self.line)
+    }
+}
+
+impl Rule {
+    pub(super) fn new(key: String, id: RuleId, limit: Limit, origin: Origin) -> Rule {
+        let name: Arc<str> = Arc::from(display_name(&key));
+        let policy_name = structured_string(&name);
+        let policies = match &limit {
+            Limit::Unlimited => Vec::new(),
+            Limit::Limited { quotas, .. } => quotas
+                .iter()
+                .filter_map(|quota| {
+                    let window = crate::decision::ceil_secs(quota.window()).max(1);
+                    let text = format!("{policy_name};q={};w={window}", quota.burst());
+                    HeaderValue::from_str(&text).ok()
+                })
+                .collect(),
+        };
+        let counters = matches!(limit, Limit::Limited { .. }).then(|| RuleCounters::new(&name));
+        Rule {
+            key,
+            name,
+            id,
+            limit,
+            origin,
+            policy_name,
+            policies,
+            counters,
+        }
+    }
+
+    /// The normalised key (`""` for the root rule).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The key as shown to people and in `RateLimit-Policy`: `"/"` for the root rule.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn name_arc(&self) -> Arc<str> {
+        Arc::clone(&self.name)
+    }
+
+    /// The id its buckets are stored under.
+    pub fn id(&self) -> RuleId {
+        self.id
+    }
+
+    /// What it limits.
+    pub fn limit(&self) -> &Limit {
+        &self.limit
+    }
+
+    /// Where it was written (the last file that set it, for layered configs).
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// The rule's name as a structured-field string, for the `RateLimit` header.
+    pub(crate) fn policy_name(&self) -> &str {
+        &self.policy_name
+    }
+
+    /// The key a bucket of this rule is listed under: `login/203.0.113.7`, the client alone
+    /// under the root rule, or the rule's name for its one global bucket.
+    pub fn bucket_key(&self, client: &Client<'_>) -> String {
+        let mut key = String::new();
+        self.write_bucket_key(&mut key, client);
+        key
+    }
+
+    pub(crate) fn write_bucket_key(&self, out: &mut String, client: &Client<'_>) {
+        use std::fmt::Write as _;
+        match &self.limit {
+            Limit::Limited {
+                per: Per::Global, ..
+            } => out.push_str(&self.name),
+            _ if self.key.is_empty() => {
+                let _ = write!(out, "{client}");
+            }
+            _ => {
+                let _ = write!(out, "{}/{client}", self.key);
+            }
+        }
+    }
+
+    /// Tokens a request takes under this rule (0 for unlimited rules).
+    pub fn cost(&self) -> u64 {
+        match &self.limit {
+            Limit::Limited { cost, .. } => *cost,
+            Limit::Unlimited => 0,
+        }
+    }
+
+    /// Whether the rule only measures (`shadow = true`).
+    pub fn is_shadow(&self) -> bool {
+        matches!(self.limit, Limit::Limited { shadow: true, .. })
+    }
+
+    /// The statuses that take tokens, for `count_status` rules.
+    pub fn count_status(&self) -> Option<&StatusSet> {
+        match &self.limit {
+            Limit::Limited { count_status, .. } => count_status.as_ref(),
+            Limit::Unlimited => None,
+        }
+    }
+
+    /// The quotas every request must pass, all at once (none for unlimited rules).
+    ///
+    /// ```
+    /// let rules = tollgate::config::RuleSet::from_toml(
+    ///     "[limits]\napi = { rate = [\"100/min\", \"5/s\"], per = \"global\" }\nhealthz = { unlimited = true }\n",
+    /// )?;
+    /// let api = rules.get("api").unwrap();
+    /// assert_eq!(api.quotas().len(), 2);
+    /// assert_eq!(api.per(), Some(tollgate::config::Per::Global));
+    /// assert_eq!(api.algorithm(), Some(tollgate::Algorithm::Gcra));
+    /// assert!(!api.is_strict() && !api.is_unlimited());
+    /// assert!(rules.get("healthz").unwrap().is_unlimited());
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn quotas(&self) -> &[Quota] {
+        match &self.limit {
+            Limit::Limited { quotas, .. } => quotas,
+            Limit::Unlimited => &[],
+        }
+    }
+
+    /// Whose bucket a request draws on: each client's, or the rule's one global bucket
+    /// (`None` for unlimited rules, which keep no bucket).
+    pub fn per(&self) -> Option<Per> {
+        self.limit.bucket_kind()
+    }
+
+    /// How the quotas count (`None` for unlimited rules).
+    pub fn algorithm(&self) -> Option<Algorithm> {
+        match &self.limit {
+            Limit::Limited { algorithm, .. } => Some(*algorithm),
+            Limit::Unlimited => None,
+        }
+    }
+
+    /// Whether refused requests hold the refill back (`strict = true`).
+    pub fn is_strict(&self) -> bool {
+        matches!(self.limit, Limit::Limited { strict: true, .. })
+    }
+
+    /// Whether the rule limits nothing (`unlimited = true`).
+    pub fn is_unlimited(&self) -> bool {
+        matches!(self.limit, Limit::Unlimited)
+    }
+
+    /// The rule's request counters (limited rules only).
+    pub(crate) fn counters(&self) -> Option<&RuleCounters> {
+        self.counters.as_ref()
+    }
+
+    /// The precomputed `RateLimit-Policy` value for quota `index`.
+    pub(crate) fn policy(&self, index: usize) -> Option<&HeaderValue> {
+        self.policies.get(index)
+    }
+}
+
+/// The root rule is shown as `/`.
+pub(super) fn display_name(key: &str) -> &str {
+    if key.is_empty() { "/" } else { key }
+}
+
+/// `name` as an RFC 8941 string: quoted, `"` and `\` escaped, bytes outside printable
+/// ASCII percent-encoded so the header stays valid.
+fn structured_string(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for byte in name.bytes() {
+        match byte {
+            b'"' | b'\\' => {
+                out.push('\\');
+                out.push(char::from(byte));
+            }
+            0x20..=0x7e => out.push(char::from(byte)),
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::structured_string;
+
+    #[test]
+    fn policy_names_are_valid_structured_strings() {
+        assert_eq!(structured_string("api"), "\"api\"");
+        assert_eq!(structured_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(structured_string("café"), "\"caf%C3%A9\"");
+    }
+}

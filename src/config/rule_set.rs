@@ -1,0 +1,233 @@
+//! [`RuleSet`]: the whole compiled configuration, immutable, and how a request finds its
+//! rule in it.
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::gateway::GatewaySettings;
+use super::prefix::PrefixTable;
+use super::response::ResponseSettings;
+use super::rule::{Rule, RuleId};
+use super::settings::Settings;
+use super::store::StoreSettings;
+use crate::key::{ClientSettings, RouteSettings};
+
+/// The whole active configuration: rules, and how keys and responses are made.
+///
+/// ```
+/// use tollgate::Limits;
+///
+/// let limits = Limits::from_toml(r#"
+///     [limits]
+///     "/" = "20/s"
+///     "api" = "100/min"
+///     "api/search/192.168.11.3" = { rate = "100/s", burst = 500 }
+/// "#)?;
+/// let rules = limits.rules();
+/// assert_eq!(rules.resolve("api/search", "203.0.113.7").unwrap().name(), "api");
+/// assert_eq!(rules.resolve("api/search", "192.168.11.3").unwrap().name(), "api/search/192.168.11.3");
+/// assert_eq!(rules.resolve("apiv2/search", "203.0.113.7").unwrap().name(), "/");
+/// # Ok::<(), tollgate::config::ConfigError>(())
+/// ```
+#[derive(Debug)]
+pub struct RuleSet {
+    rules: Vec<Rule>,
+    table: PrefixTable,
+    route: RouteSettings,
+    client: ClientSettings,
+    response: Arc<ResponseSettings>,
+    gateway: GatewaySettings,
+    store: StoreSettings,
+    files: Vec<PathBuf>,
+    /// The next unused rule id: ids are never reused, so a rule removed and later restored
+    /// starts with fresh buckets.
+    next_id: u32,
+    /// 1 for the first set, +1 for each set compiled to replace another. Part of the set
+    /// itself, so whoever sees these rules sees their generation: no reader can catch a
+    /// new set under an old number.
+    generation: u64,
+}
+
+impl RuleSet {
+    /// A rule set of `rules` (sorted by key) under `settings`, read from `files`.
+    pub(super) fn assemble(
+        rules: Vec<Rule>,
+        settings: Settings,
+        files: Vec<PathBuf>,
+        next_id: u32,
+        generation: u64,
+    ) -> RuleSet {
+        RuleSet {
+            table: PrefixTable::build(&rules),
+            rules,
+            route: settings.route,
+            client: settings.client,
+            response: Arc::new(settings.response),
+            gateway: settings.gateway,
+            store: settings.store,
+            files,
+            next_id,
+            generation,
+        }
+    }
+
+    /// The next rule id a recompile may hand out.
+    pub(super) fn next_id(&self) -> u32 {
+        self.next_id
+    }
+
+    /// The trie of rule keys, for [`explain`](Self::explain).
+    pub(super) fn table(&self) -> &PrefixTable {
+        &self.table
+    }
+}
+
+impl RuleSet {
+    /// The rule whose key is the longest segment prefix of `route "/" client`, if any.
+    ///
+    /// `route` must already be normalised (see [`normalize_route`](crate::key::normalize_route)).
+    pub fn resolve(&self, route: &str, client: &str) -> Option<&Rule> {
+        self.resolve_with(route, || client.into())
+            .and_then(|index| self.rules.get(index))
+    }
+
+    /// As [`resolve`](Self::resolve), asking for the client segment only if some rule could
+    /// name a client at this route.
+    pub(crate) fn resolve_with<'c>(
+        &self,
+        route: &str,
+        client: impl FnOnce() -> Cow<'c, str>,
+    ) -> Option<usize> {
+        self.table
+            .longest_prefix(route, client, self.route.case_insensitive)
+    }
+
+    /// The rule at `index` from [`resolve_with`](Self::resolve_with).
+    pub(crate) fn rule(&self, index: usize) -> Option<&Rule> {
+        self.rules.get(index)
+    }
+
+    /// All rules, sorted by key.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// How paths become routes.
+    pub fn route_settings(&self) -> &RouteSettings {
+        &self.route
+    }
+
+    /// How clients are identified.
+    pub fn client_settings(&self) -> &ClientSettings {
+        &self.client
+    }
+
+    /// What a denial looks like.
+    pub fn response(&self) -> &Arc<ResponseSettings> {
+        &self.response
+    }
+
+    /// The `[gateway]` table.
+    pub fn gateway(&self) -> &GatewaySettings {
+        &self.gateway
+    }
+
+    /// The `[store]` table.
+    pub fn store(&self) -> &StoreSettings {
+        &self.store
+    }
+
+    /// Which applied set this is: 1 after the initial load, +1 per applied reload.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The files this set was loaded from, in order.
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+
+    /// The rule with normalised key `key`, if any.
+    pub fn get(&self, key: &str) -> Option<&Rule> {
+        self.rules
+            .binary_search_by(|rule| rule.key().cmp(key))
+            .ok()
+            .and_then(|index| self.rules.get(index))
+    }
+
+    /// Ids of `previous`'s rules whose buckets this set no longer uses (removed rules, and
+    /// rules whose kind of bucket changed).
+    pub(crate) fn retired_since(&self, previous: &RuleSet) -> Vec<RuleId> {
+        previous
+            .rules
+            .iter()
+            .filter(|old| self.get(old.key()).is_none_or(|new| new.id() != old.id()))
+            .map(Rule::id)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ConfigError;
+
+    fn compile(text: &str) -> Result<RuleSet, ConfigError> {
+        RuleSet::from_toml(text)
+    }
+
+    fn resolved(set: &RuleSet, route: &str, client: &str) -> Option<String> {
+        set.resolve(route, client).map(|r| r.name().to_owned())
+    }
+
+    #[test]
+    fn longest_segment_prefix_wins() {
+        let set = compile(
+            r#"
+            [limits]
+            "/" = "20/s"
+            "api" = "100/min"
+            "api/search" = "10/s"
+            "api/search/192.168.11.3" = { rate = "100/s", burst = 500 }
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            resolved(&set, "api/search", "203.0.113.7").unwrap(),
+            "api/search"
+        );
+        assert_eq!(
+            resolved(&set, "api/search/deep", "1.2.3.4").unwrap(),
+            "api/search"
+        );
+        assert_eq!(resolved(&set, "api/other", "1.2.3.4").unwrap(), "api");
+        assert_eq!(resolved(&set, "api", "1.2.3.4").unwrap(), "api");
+        assert_eq!(
+            resolved(&set, "api/search", "192.168.11.3").unwrap(),
+            "api/search/192.168.11.3"
+        );
+        assert_eq!(resolved(&set, "apiv2/search", "1.2.3.4").unwrap(), "/");
+        assert_eq!(resolved(&set, "", "1.2.3.4").unwrap(), "/");
+    }
+
+    #[test]
+    fn without_a_root_rule_unmatched_requests_have_no_rule() {
+        let set = compile("[limits]\napi = \"1/s\"\n").unwrap();
+        assert_eq!(resolved(&set, "other", "1.2.3.4"), None);
+    }
+
+    #[test]
+    fn a_client_rule_names_a_key_segment_not_a_string_prefix() {
+        let set = compile("[limits]\n\"api/1.2.3.4\" = \"1/s\"\n").unwrap();
+        assert_eq!(resolved(&set, "api", "1.2.3.4").unwrap(), "api/1.2.3.4");
+        assert_eq!(resolved(&set, "api", "1.2.3.45"), None);
+    }
+
+    #[test]
+    fn case_insensitive_matching_covers_rule_keys_too() {
+        let set = compile("[key]\ncase_insensitive = true\n[limits]\n\"API/Search\" = \"1/s\"\n\"api/Key1\" = \"2/s\"\n").unwrap();
+        assert_eq!(resolved(&set, "api/search", "c").unwrap(), "api/search");
+        assert_eq!(resolved(&set, "api", "KEY1").unwrap(), "api/key1");
+    }
+}

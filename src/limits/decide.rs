@@ -1,0 +1,214 @@
+//! The one decision API: every front end — the layer, the gateway's listeners, a library
+//! user's own code — decides through these methods. A decision reads the rule snapshot once,
+//! the clock once, and asks the store once.
+
+use http::Request;
+
+use super::Limits;
+use crate::clock::Timestamp;
+use crate::config::{Limit, Per, Rule, RuleSet};
+use crate::decision::Decision;
+use crate::key::{Client, SegmentBuffer, normalize_route};
+use crate::store::{BucketRef, CheckMode, CheckRequest, Store, StoreError};
+
+/// What the layer does with one request.
+pub(crate) enum Plan<F> {
+    /// No rule, or an unlimited one: pass through without headers.
+    Pass,
+    /// The store is deciding; the rule (by index into the rule set) shapes the response.
+    /// For `count_status` rules the decision is a peek, and `charge` says what to take
+    /// once the response shows whether it counts.
+    Check {
+        index: usize,
+        decision: F,
+        charge: Option<Charge>,
+    },
+}
+
+/// What a `count_status` request will be charged, if its response counts.
+#[derive(Debug)]
+pub(crate) struct Charge {
+    pub(crate) client: Client<'static>,
+    pub(crate) cost: u64,
+}
+
+/// A request's own cost, overriding its rule's `cost`: insert it into the request's
+/// extensions before the layer (for example from `Content-Length`, to limit bytes rather
+/// than requests).
+///
+/// ```
+/// use tollgate::{Limits, RequestCost, key::PeerAddr};
+///
+/// let limits = Limits::from_toml("[limits]\nupload = \"100/min\"\n")?;
+/// let mut request = http::Request::post("/upload").body(())?;
+/// request.extensions_mut().insert(PeerAddr("192.0.2.1:1".parse()?));
+/// request.extensions_mut().insert(RequestCost(60));
+/// let first = limits.check_request(&request).unwrap().into_inner()?;
+/// assert_eq!(first.remaining(), 40);
+/// assert!(!limits.check_request(&request).unwrap().into_inner()?.allowed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestCost(pub u64);
+
+impl<St: Store> Limits<St> {
+    /// Takes `cost` tokens for `key` (`route/client`, e.g. `api/search/203.0.113.7`) now.
+    pub async fn check(&self, key: &str, cost: u64) -> Result<Decision, StoreError> {
+        self.check_at(key, cost, self.now()).await
+    }
+
+    /// Takes `cost` tokens for `key` as of `at` — for replaying recorded events.
+    pub async fn check_at(
+        &self,
+        key: &str,
+        cost: u64,
+        at: Timestamp,
+    ) -> Result<Decision, StoreError> {
+        self.key_decision(key, CheckMode::Consume, Some(cost), at)
+            .await
+    }
+
+    /// Reports the state of `key`'s bucket without taking anything.
+    pub async fn peek(&self, key: &str) -> Result<Decision, StoreError> {
+        self.key_decision(key, CheckMode::Peek, None, self.now())
+            .await
+    }
+
+    /// Decides `request` exactly as the layer would — key, rule, bucket — and takes its
+    /// tokens, without calling any service. `None` when no rule limits it.
+    ///
+    /// For middleware outside tower. With the in-memory store the future is ready at once.
+    ///
+    /// ```
+    /// use tollgate::{Limits, key::PeerAddr};
+    ///
+    /// let limits = Limits::from_toml("[limits]\nlogin = \"1/min\"\n")?;
+    /// let mut request = http::Request::get("/login").body(())?;
+    /// request.extensions_mut().insert(PeerAddr("192.0.2.1:1".parse()?));
+    /// let decision = limits.check_request(&request).map(|check| check.into_inner());
+    /// assert!(decision.unwrap()?.allowed());
+    /// assert!(limits.check_request(&http::Request::get("/other").body(())?).is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_request<B>(&self, request: &Request<B>) -> Option<St::Future> {
+        match self.plan(&self.rules(), request) {
+            Plan::Pass => None,
+            Plan::Check { decision, .. } => Some(decision),
+        }
+    }
+
+    /// Takes a `count_status` request's tokens now that its response counts.
+    pub(crate) fn charge(&self, rule: &Rule, charge: &Charge) -> Option<St::Future> {
+        let now = self.shared.clock.now();
+        self.start_check(
+            rule,
+            &charge.client,
+            CheckMode::Charge,
+            Some(charge.cost),
+            now,
+        )
+    }
+
+    async fn key_decision(
+        &self,
+        key: &str,
+        mode: CheckMode,
+        cost: Option<u64>,
+        at: Timestamp,
+    ) -> Result<Decision, StoreError> {
+        let (route, client) = key.rsplit_once('/').unwrap_or(("", key));
+        let client = Client::from_segment(client);
+        let future = {
+            let rules = self.rules();
+            let route = normalize_route(route, rules.route_settings());
+            let found = rules.resolve_with(&route, || client.to_string().into());
+            match found.and_then(|index| rules.rule(index)) {
+                Some(rule) => match self.start_check(rule, &client, mode, cost, at) {
+                    Some(future) => (future, rule.name_arc()),
+                    None => return Ok(Decision::unlimited().with_rule(rule.name_arc())),
+                },
+                None => return Ok(Decision::unlimited()),
+            }
+        };
+        let (future, rule) = future;
+        future.await.map(|decision| decision.with_rule(rule))
+    }
+
+    /// Resolves `request` against `rules` and starts its check: the whole per-request
+    /// decision, reading the clock once.
+    pub(crate) fn plan<B>(&self, rules: &RuleSet, request: &Request<B>) -> Plan<St::Future> {
+        let route = normalize_route(request.uri().path(), rules.route_settings());
+        let client = Client::identify(request, rules.client_settings());
+        let mut buffer = SegmentBuffer::default();
+        let found = rules.resolve_with(&route, || client.segment(&mut buffer).into());
+        let Some((index, rule)) = found.and_then(|index| Some((index, rules.rule(index)?))) else {
+            return Plan::Pass;
+        };
+        let cost = request.extensions().get::<RequestCost>().map(|cost| cost.0);
+        let now = self.shared.clock.now();
+        let counts_status = matches!(
+            rule.limit(),
+            Limit::Limited {
+                count_status: Some(_),
+                ..
+            }
+        );
+        let mode = if counts_status {
+            CheckMode::Peek
+        } else {
+            CheckMode::Consume
+        };
+        let Some(decision) = self.start_check(rule, &client, mode, cost, now) else {
+            return Plan::Pass;
+        };
+        let charge = counts_status.then(|| Charge {
+            cost: cost.unwrap_or_else(|| rule.cost()),
+            client: client.into_owned(),
+        });
+        Plan::Check {
+            index,
+            decision,
+            charge,
+        }
+    }
+
+    /// Starts the store's check for `rule` (`None` for unlimited rules), at the rule's own
+    /// cost unless `cost` says otherwise.
+    fn start_check(
+        &self,
+        rule: &Rule,
+        client: &Client<'_>,
+        mode: CheckMode,
+        cost: Option<u64>,
+        now: Timestamp,
+    ) -> Option<St::Future> {
+        let Limit::Limited {
+            quotas,
+            cost: rule_cost,
+            per,
+            algorithm,
+            strict,
+            ..
+        } = rule.limit()
+        else {
+            return None;
+        };
+        let cost = cost.unwrap_or(*rule_cost);
+        let client = match per {
+            Per::Client => Some(client),
+            Per::Global => None,
+        };
+        Some(self.shared.store.check(CheckRequest {
+            bucket: BucketRef {
+                rule: rule.id(),
+                client,
+            },
+            quotas,
+            cost,
+            now,
+            mode,
+            algorithm: *algorithm,
+            strict: *strict,
+        }))
+    }
+}

@@ -1,0 +1,100 @@
+//! The shared handle and the one decision API: the active rules (behind an atomic swap),
+//! the bucket store and the clock. Clones are cheap and share everything, so every clone of
+//! the layer — and every front end — draws on one budget.
+//!
+//! Every decision goes through [`Limits`]: `check`, `check_at`, `peek` and `check_request`
+//! for front ends and library users, and the layer's own request plan. The files here:
+//! `builder` makes a limiter, `decide` is the decision API, `live` keeps it in step with
+//! its config (through [`reload`](crate::reload)), `maintenance` sweeps idle buckets and
+//! writes snapshots in the background.
+//!
+//! ```
+//! use tollgate::Limits;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let limits = Limits::from_toml(r#"
+//!     [limits]
+//!     "login" = "2/min"
+//! "#)?;
+//! assert!(limits.check("login/alice", 1).await?.allowed());
+//! assert!(limits.check("login/alice", 1).await?.allowed());
+//! assert!(!limits.check("login/alice", 1).await?.allowed());
+//! assert!(limits.check("login/bob", 1).await?.allowed());
+//! # Ok(()) }
+//! ```
+
+mod builder;
+mod decide;
+mod live;
+mod maintenance;
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+pub use builder::LimitsBuilder;
+pub use decide::RequestCost;
+pub(crate) use decide::{Charge, Plan};
+
+use crate::clock::{Clock, Timestamp};
+use crate::config::RuleSet;
+use crate::reload::Reloader;
+use crate::store::{MemoryStore, Store};
+
+/// Rules, buckets and clock, shared by every clone.
+pub struct Limits<St = MemoryStore> {
+    shared: Arc<Shared<St>>,
+}
+
+struct Shared<St> {
+    /// The active rules: one lock-free load per request.
+    rules: ArcSwap<RuleSet>,
+    store: St,
+    clock: Box<dyn Clock>,
+    /// Re-reads the config and swaps new rules in; owns the watcher, if watching, which
+    /// stops with the last clone.
+    reloader: Reloader,
+    /// Dropping it (with the last clone) wakes and stops the sweeper.
+    _sweeper: std::sync::mpsc::Sender<()>,
+}
+
+impl<St> Clone for Limits<St> {
+    fn clone(&self) -> Self {
+        Limits {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<St> std::fmt::Debug for Limits<St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limits")
+            .field("rules", &self.shared.rules.load().rules().len())
+            .field("clock", &self.shared.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<St: Store> Limits<St> {
+    /// The active rule set (a snapshot: it stays consistent while you hold it).
+    pub fn rules(&self) -> arc_swap::Guard<Arc<RuleSet>> {
+        self.shared.rules.load()
+    }
+
+    /// The bucket store.
+    pub fn store(&self) -> &St {
+        &self.shared.store
+    }
+
+    /// Writes the buckets to `[store] snapshot` now (the gateway does on graceful shutdown);
+    /// returns how many were written, 0 when no snapshot is configured.
+    pub fn save_snapshot(&self) -> Result<usize, crate::store::SnapshotError> {
+        let rules = self.rules();
+        self.shared.store.save_snapshot(&rules, self.now())
+    }
+
+    /// The current time on this limiter's clock.
+    pub fn now(&self) -> Timestamp {
+        self.shared.clock.now()
+    }
+}

@@ -1,0 +1,69 @@
+//! What a decision means for the response: call the inner service (with these rate-limit
+//! headers) or answer with this denial. Shared by [`RateLimit`](crate::RateLimit), which
+//! settles decisions that are ready at once, and its [`ResponseFuture`](crate::ResponseFuture),
+//! which settles the ones that arrive later. Counts each outcome in the rule's metrics.
+
+use bytes::Bytes;
+use http::Response;
+
+use crate::config::{Rule, RuleSet};
+use crate::decision::Decision;
+use crate::response::{RateLimitHeaders, rejection};
+use crate::store::StoreError;
+
+/// The verdict, in the form the response needs.
+pub(crate) enum Outcome {
+    /// Call the inner service, then add these headers (none for a failed store).
+    Admit(Option<RateLimitHeaders>),
+    /// Answer with this denial.
+    Reject(Response<Bytes>),
+}
+
+impl Outcome {
+    pub(crate) fn new(
+        result: Result<Decision, StoreError>,
+        rule: &Rule,
+        rules: &RuleSet,
+    ) -> Outcome {
+        let response = rules.response();
+        match result {
+            // Shadow: measure and report, never refuse, and show the client nothing.
+            Ok(decision) if rule.is_shadow() => {
+                if let Some(counters) = rule.counters() {
+                    if decision.allowed() {
+                        counters.allowed.increment(1);
+                    } else {
+                        counters.shadow_limited.increment(1);
+                        tracing::debug!(
+                            rule = rule.name(),
+                            retry_after = ?decision.retry_after(),
+                            "shadow rule would have limited this request"
+                        );
+                    }
+                }
+                Outcome::Admit(None)
+            }
+            Ok(decision) if decision.allowed() => {
+                if let Some(counters) = rule.counters() {
+                    counters.allowed.increment(1);
+                }
+                Outcome::Admit(Some(RateLimitHeaders::new(
+                    rule,
+                    &decision,
+                    response.headers,
+                )))
+            }
+            Ok(decision) => {
+                if let Some(counters) = rule.counters() {
+                    counters.limited.increment(1);
+                }
+                Outcome::Reject(rejection(rule, &decision, response))
+            }
+            Err(error) => {
+                // Failing open: a broken store must not take the service down with it.
+                tracing::warn!(rule = rule.name(), %error, "rate-limit store failed; request admitted");
+                Outcome::Admit(None)
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Snapshots of the in-memory store (SPEC §6): every bucket written out under its rule's
+//! key, and read back under today's rules at start.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use super::state::State;
+use super::tables::{Compact, Entry, compact_ip, seen_stamp};
+use super::{MemoryStore, hash_compact};
+use crate::clock::Timestamp;
+use crate::config::{Limit, Per, RuleId, RuleSet};
+use crate::quota::IntervalId;
+use crate::store::SnapshotError;
+use crate::store::snapshot::{self, Record};
+
+impl MemoryStore {
+    /// Writes every bucket to `[store] snapshot`, if set; how many were written.
+    pub(super) fn save(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
+        let Some(path) = &rules.store().snapshot else {
+            return Ok(0);
+        };
+        let records = self.export(rules);
+        snapshot::write(path, now, &records)?;
+        Ok(records.len())
+    }
+
+    /// Reads `[store] snapshot` back, if set; how many buckets were restored.
+    pub(super) fn restore(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
+        match &rules.store().snapshot {
+            Some(path) => Ok(self.import(rules, snapshot::read(path)?, now.as_unix_nanos())),
+            None => Ok(0),
+        }
+    }
+
+    /// Every bucket of a rule in `rules`, for a snapshot.
+    fn export(&self, rules: &RuleSet) -> Vec<Record> {
+        let keys: HashMap<RuleId, &str> = rules
+            .rules()
+            .iter()
+            .map(|rule| (rule.id(), rule.key()))
+            .collect();
+        let mut records = Vec::new();
+        for shard in &self.shards {
+            shard.0.lock().for_each(|entry| {
+                let Some(rule) = keys.get(&entry.rule) else {
+                    return;
+                };
+                let (one, words) = match &entry.state {
+                    State::One { tat, interval } => (true, vec![tat[0], *interval]),
+                    State::Many(words) => (false, words.to_vec()),
+                };
+                records.push(Record {
+                    rule: (*rule).to_owned(),
+                    client: entry.client.clone(),
+                    one,
+                    words,
+                });
+            });
+        }
+        records
+    }
+
+    /// Puts snapshot buckets back under today's rules; buckets of rules that are gone, or
+    /// whose kind of bucket changed, or that have refilled meanwhile, are skipped.
+    fn import(&self, rules: &RuleSet, records: Vec<Record>, now: u64) -> usize {
+        let mut restored = 0;
+        for record in records {
+            let Some(rule) = rules.get(&record.rule) else {
+                continue;
+            };
+            let global = matches!(
+                rule.limit(),
+                Limit::Limited {
+                    per: Per::Global,
+                    ..
+                }
+            );
+            if !matches!(rule.limit(), Limit::Limited { .. }) || global != record.client.is_none() {
+                continue;
+            }
+            let state = if record.one {
+                State::One {
+                    tat: [record.words[0]],
+                    interval: record.words[1],
+                }
+            } else {
+                State::Many(record.words.into_boxed_slice())
+            };
+            let entry = Entry {
+                rule: rule.id(),
+                last_seen: seen_stamp(now),
+                client: record.client,
+                state,
+            };
+            if entry.state.refills_in(now) == 0 {
+                continue;
+            }
+            let hash = self.hasher.hash_one(entry.bucket());
+            let mut tables = self.shard(hash).lock();
+            if tables.contains(hash, entry.bucket()) {
+                continue;
+            }
+            let hasher = &self.hasher;
+            let compact = match (&entry.state, compact_ip(entry.bucket())) {
+                (State::One { tat, interval }, Some(ip)) => IntervalId::intern(*interval)
+                    .map(|interval| Compact::new(entry.rule, ip, interval, tat[0], now)),
+                _ => None,
+            };
+            match compact {
+                Some(compact) => {
+                    tables
+                        .compact
+                        .insert_unique(hash, compact, |c| hash_compact(hasher, c));
+                }
+                None => {
+                    tables
+                        .general
+                        .insert_unique(hash, entry, |e| hasher.hash_one(e.bucket()));
+                }
+            }
+            restored += 1;
+        }
+        restored
+    }
+}

@@ -1,0 +1,155 @@
+//! The decision script's wire format: the arguments one `EVALSHA` of `decide.lua` takes,
+//! and its reply read back as a [`Decision`] described exactly as the in-memory engines
+//! describe theirs.
+
+use crate::Quota;
+use crate::algorithm::{Algorithm, CheckMode, keep_most_restrictive};
+use crate::clock::Timestamp;
+use crate::decision::Decision;
+use crate::store::StoreError;
+
+/// The decision script: see the module docs of [`super`].
+pub(super) const SCRIPT: &str = include_str!("decide.lua");
+
+/// Microseconds as the script reads them: exact, fractions included.
+fn micros(nanos: u64) -> String {
+    if nanos.is_multiple_of(1_000) {
+        (nanos / 1_000).to_string()
+    } else {
+        (nanos as f64 / 1_000.0).to_string()
+    }
+}
+
+/// The script's arguments for a decision of `quotas` at `now` (`None`: the server's time).
+pub(super) fn script_args(
+    now: Option<Timestamp>,
+    mode: CheckMode,
+    cost: u64,
+    strict: bool,
+    algorithm: Algorithm,
+    quotas: &[Quota],
+) -> Vec<String> {
+    let mut args = Vec::with_capacity(6 + 3 * quotas.len());
+    args.push(now.map_or_else(String::new, |t| (t.as_unix_nanos() / 1_000).to_string()));
+    args.push(
+        match mode {
+            CheckMode::Consume => "c",
+            CheckMode::Peek => "p",
+            CheckMode::Charge => "g",
+        }
+        .to_owned(),
+    );
+    args.push(cost.to_string());
+    args.push(if strict { "1" } else { "0" }.to_owned());
+    args.push(
+        match algorithm {
+            Algorithm::Gcra => "g",
+            Algorithm::SlidingWindow => "s",
+            Algorithm::FixedWindow => "f",
+        }
+        .to_owned(),
+    );
+    args.push(quotas.len().to_string());
+    for quota in quotas {
+        match algorithm {
+            Algorithm::Gcra => {
+                args.push(micros(quota.interval_nanos()));
+                args.push(micros(quota.capacity_nanos()));
+                args.push(quota.burst().to_string());
+            }
+            Algorithm::SlidingWindow | Algorithm::FixedWindow => {
+                args.push(micros(quota.period_nanos()));
+                args.push(quota.rate().count().to_string());
+                args.push("0".to_owned());
+            }
+        }
+    }
+    args
+}
+
+/// The script's reply, as a [`Decision`] described exactly as the in-memory engines do.
+pub(super) fn decision_from(
+    reply: &[i64],
+    algorithm: Algorithm,
+    quotas: &[Quota],
+) -> Result<Decision, StoreError> {
+    if reply.len() != 2 + 3 * quotas.len() {
+        return Err(StoreError::Unavailable {
+            reason: format!("unexpected reply from the decision script: {reply:?}"),
+        });
+    }
+    // Nanoseconds; -1 means "never".
+    let nanos = |ns: i64| u64::try_from(ns).unwrap_or(u64::MAX);
+    let allowed = reply[0] == 1;
+    let mut described = None;
+    for (index, (quota, figures)) in quotas.iter().zip(reply[2..].chunks_exact(3)).enumerate() {
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        let candidate = match algorithm {
+            Algorithm::Gcra => Decision::bucket(
+                allowed,
+                index,
+                u64::from(quota.burst()),
+                quota.interval_nanos(),
+                nanos(figures[0]),
+                nanos(figures[1]),
+            ),
+            Algorithm::SlidingWindow | Algorithm::FixedWindow => Decision::counted(
+                allowed,
+                index,
+                u64::from(quota.rate().count()),
+                quota.period_nanos(),
+                u64::try_from(figures[0]).unwrap_or(0),
+                nanos(figures[1]),
+                nanos(figures[2]),
+                0,
+            ),
+        };
+        keep_most_restrictive(&mut described, candidate);
+    }
+    Ok(described.map_or(Decision::unlimited(), |d| d.with_reset(nanos(reply[1]))))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn arguments_are_exact_microseconds() {
+        let quota = Quota::new("3/s".parse().unwrap(), NonZeroU32::new(3).unwrap()).unwrap();
+        let args = script_args(
+            Some(Timestamp::from_unix_nanos(1_500_000_999)),
+            CheckMode::Charge,
+            2,
+            true,
+            Algorithm::Gcra,
+            &[quota],
+        );
+        assert_eq!(
+            args,
+            [
+                "1500000",
+                "g",
+                "2",
+                "1",
+                "g",
+                "1",
+                "333333.333",
+                "999999.999",
+                "3"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_malformed_reply_is_an_error_not_a_decision() {
+        let quota = Quota::new("3/s".parse().unwrap(), NonZeroU32::new(3).unwrap()).unwrap();
+        assert!(decision_from(&[1, 0], Algorithm::Gcra, &[quota]).is_err());
+        let decision =
+            decision_from(&[0, 2_000, 1_000, 500, 0], Algorithm::Gcra, &[quota]).unwrap();
+        assert!(!decision.allowed());
+        assert_eq!(decision.retry_after(), Duration::from_nanos(500));
+    }
+}
