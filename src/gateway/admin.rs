@@ -14,9 +14,10 @@
 //! `Authorization: Bearer <token>` (the page asks for the token and sends it).
 //! Times are UNIX seconds.
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::Json;
 use axum::Router;
@@ -28,13 +29,15 @@ use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::net::TcpListener;
 
-use crate::Limits;
-use crate::config::{Limit, Per, RuleSet};
+use crate::config::{Per, RuleSet};
 use crate::key::{Client, normalize_route};
 use crate::store::{BackendStore, BucketQuery, BucketRef, BucketSort, Store};
+use crate::{Limits, Quota};
 
-use super::proxy::error;
+use super::options::DEFAULT_HEADER_READ_TIMEOUT;
+use super::server::{json_error, serve_http};
 
 /// Most rows one `/buckets` call returns.
 pub const MAX_ROWS: usize = 10_000;
@@ -83,6 +86,63 @@ pub fn router(
         .with_state(state)
 }
 
+/// What the admin front end needs besides the limits.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct AdminOptions {
+    /// Renders `/metrics` (from [`metrics::install`](super::metrics::install)).
+    pub metrics: PrometheusHandle,
+    /// A bearer token every route but `/healthz` and the page requires.
+    pub token: Option<String>,
+    /// How long a client has to send a request's headers (slowloris defence).
+    pub header_read_timeout: Duration,
+}
+
+impl AdminOptions {
+    /// Options rendering `metrics`, with no token and the default header read timeout.
+    pub fn new(metrics: PrometheusHandle) -> AdminOptions {
+        AdminOptions {
+            metrics,
+            token: None,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+        }
+    }
+}
+
+/// The admin listener on `listener` until `shutdown` completes, then lets requests in
+/// flight finish.
+///
+/// ```no_run
+/// use tollgate::Limits;
+/// use tollgate::gateway::admin::{self, AdminOptions};
+/// use tollgate::store::BackendStore;
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let metrics = tollgate::gateway::metrics::install();
+/// let limits = Limits::builder()
+///     .store(BackendStore::new())
+///     .from_toml("[limits]\n\"/\" = \"20/s\"\n")?;
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:9090").await?;
+/// admin::serve(limits, listener, AdminOptions::new(metrics), tollgate::gateway::shutdown_signal()).await;
+/// # Ok(()) }
+/// ```
+pub async fn serve(
+    limits: Limits<BackendStore>,
+    listener: TcpListener,
+    options: AdminOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let app = router(limits, options.metrics, options.token);
+    serve_http(
+        listener,
+        app,
+        "admin",
+        options.header_read_timeout,
+        shutdown,
+    )
+    .await;
+}
+
 async fn require_token<St>(
     State(state): State<AdminState<St>>,
     request: Request,
@@ -100,7 +160,7 @@ async fn require_token<St>(
     if constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
         next.run(request).await
     } else {
-        let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized");
+        let mut response = json_error(StatusCode::UNAUTHORIZED, "unauthorized");
         response.headers_mut().insert(
             header::WWW_AUTHENTICATE,
             header::HeaderValue::from_static("Bearer"),
@@ -148,25 +208,17 @@ pub fn rules_json(rules: &RuleSet) -> Vec<Value> {
         .rules()
         .iter()
         .map(|rule| {
-            let limit = match rule.limit() {
-                Limit::Unlimited => json!("unlimited"),
-                Limit::Limited {
-                    quotas,
-                    cost,
-                    per,
-                    algorithm,
-                    strict,
-                    shadow,
-                    count_status,
-                } => json!({
-                    "rates": quotas.iter().map(|q| q.rate().to_string()).collect::<Vec<_>>(),
-                    "bursts": quotas.iter().map(|q| q.burst()).collect::<Vec<_>>(),
-                    "cost": cost,
+            let limit = match rule.per() {
+                None => json!("unlimited"),
+                Some(per) => json!({
+                    "rates": rule.quotas().iter().map(|q| q.rate().to_string()).collect::<Vec<_>>(),
+                    "bursts": rule.quotas().iter().map(Quota::burst).collect::<Vec<_>>(),
+                    "cost": rule.cost(),
                     "per": match per { Per::Client => "client", Per::Global => "global" },
-                    "algorithm": algorithm.to_string(),
-                    "strict": strict,
-                    "shadow": shadow,
-                    "count_status": count_status.as_ref().map(ToString::to_string),
+                    "algorithm": rule.algorithm().map(|a| a.to_string()),
+                    "strict": rule.is_strict(),
+                    "shadow": rule.is_shadow(),
+                    "count_status": rule.count_status().map(ToString::to_string),
                 }),
             };
             json!({ "rule": rule.name(), "limit": limit, "origin": rule.origin().to_string() })
@@ -231,54 +283,31 @@ async fn forgive(
 ) -> Response {
     let rules = state.limits.rules().clone();
     // A global rule's one bucket is listed under the rule's name; others as `rule/client`.
-    let global = rules.rules().iter().find(|r| {
-        r.name() == key
-            && matches!(
-                r.limit(),
-                Limit::Limited {
-                    per: Per::Global,
-                    ..
-                }
-            )
-    });
-    let removed = if let Some(rule) = global {
-        state
-            .limits
-            .store()
-            .remove(BucketRef {
-                rule: rule.id(),
-                client: None,
-            })
-            .await
-    } else {
-        let (rule_key, client) = key.rsplit_once('/').unwrap_or(("", key.as_str()));
-        let Some(rule) = rules.get(rule_key).filter(|r| {
-            matches!(
-                r.limit(),
-                Limit::Limited {
-                    per: Per::Client,
-                    ..
-                }
-            )
-        }) else {
-            return error(StatusCode::NOT_FOUND, "no_such_rule");
-        };
-        let client = Client::from_segment(client);
-        state
-            .limits
-            .store()
-            .remove(BucketRef {
-                rule: rule.id(),
-                client: Some(&client),
-            })
-            .await
+    let global = rules
+        .rules()
+        .iter()
+        .find(|r| r.name() == key && r.per() == Some(Per::Global));
+    let (rule, client) = match global {
+        Some(rule) => (rule, None),
+        None => {
+            let (rule_key, client) = key.rsplit_once('/').unwrap_or(("", key.as_str()));
+            let Some(rule) = rules.get(rule_key).filter(|r| r.per() == Some(Per::Client)) else {
+                return json_error(StatusCode::NOT_FOUND, "no_such_rule");
+            };
+            (rule, Some(Client::from_segment(client)))
+        }
     };
+    let bucket = BucketRef {
+        rule: rule.id(),
+        client: client.as_ref(),
+    };
+    let removed = state.limits.store().remove(bucket).await;
     match removed {
         Ok(true) => {
             tracing::info!(bucket = key, "bucket forgiven");
             StatusCode::NO_CONTENT.into_response()
         }
-        Ok(false) => error(StatusCode::NOT_FOUND, "no_such_bucket"),
+        Ok(false) => json_error(StatusCode::NOT_FOUND, "no_such_bucket"),
         Err(failure) => (StatusCode::SERVICE_UNAVAILABLE, failure.to_string()).into_response(),
     }
 }

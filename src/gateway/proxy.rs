@@ -7,20 +7,100 @@
 //! `X-Forwarded-Host` and the upstream gets its own `Host`. Connections to the upstream are
 //! pooled. An upstream that cannot be reached gives `502`; one that does not send its
 //! response headers within the timeout gives `504`.
+//!
+//! [`serve`] is the front end: the proxy behind [`RateLimitLayer`] on a listener, until
+//! shutdown. [`Proxy`] and [`handler`] are its parts, for an axum app of your own.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::StatusCode;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{PathAndQuery, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use tokio::net::TcpListener;
+
+use super::options::{DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT};
+use super::server::{json_error, serve_http};
+use crate::store::Store;
+use crate::{Limits, RateLimitLayer};
+
+/// How the proxy front end forwards and serves.
+///
+/// ```
+/// use tollgate::gateway::proxy::ProxyOptions;
+///
+/// let options = ProxyOptions::new("http://127.0.0.1:8000".parse()?);
+/// assert_eq!(options.upstream_timeout.as_secs(), 30);
+/// # Ok::<(), http::uri::InvalidUri>(())
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ProxyOptions {
+    /// Where requests go: `http://host:port[/prefix]`.
+    pub upstream: Uri,
+    /// How long to wait for the upstream's response headers (then `504`).
+    pub upstream_timeout: Duration,
+    /// How long a client has to send a request's headers (slowloris defence).
+    pub header_read_timeout: Duration,
+}
+
+impl ProxyOptions {
+    /// Options forwarding to `upstream`, with the default timeouts.
+    pub fn new(upstream: Uri) -> ProxyOptions {
+        ProxyOptions {
+            upstream,
+            upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+        }
+    }
+}
+
+/// The rate-limiting reverse proxy on `listener`: every request is decided by `limits`
+/// and, if admitted, forwarded to the upstream. Runs until `shutdown` completes, then stops
+/// accepting and lets requests in flight finish.
+///
+/// ```no_run
+/// use tollgate::Limits;
+/// use tollgate::gateway::proxy::{self, ProxyOptions};
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limits = Limits::from_toml("[limits]\n\"/\" = \"20/s\"\n")?;
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+/// let options = ProxyOptions::new("http://127.0.0.1:8000".parse()?);
+/// proxy::serve(limits, listener, options, tollgate::gateway::shutdown_signal()).await;
+/// # Ok(()) }
+/// ```
+pub async fn serve<St: Store>(
+    limits: Limits<St>,
+    listener: TcpListener,
+    options: ProxyOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let app = Router::new()
+        .fallback(handler)
+        .with_state(Arc::new(Proxy::new(
+            options.upstream,
+            options.upstream_timeout,
+        )))
+        .layer(RateLimitLayer::new(limits));
+    serve_http(
+        listener,
+        app,
+        "proxy",
+        options.header_read_timeout,
+        shutdown,
+    )
+    .await;
+}
 
 /// Forwards requests to one upstream. Cheap to clone; clones share the connection pool.
 #[derive(Clone, Debug)]
@@ -70,7 +150,7 @@ impl Proxy {
     pub async fn forward(&self, request: Request, peer: Option<SocketAddr>) -> Response {
         let (mut parts, body) = request.into_parts();
         let Some(uri) = self.upstream_uri(&parts.uri) else {
-            return error(StatusCode::BAD_REQUEST, "bad_request");
+            return json_error(StatusCode::BAD_REQUEST, "bad_request");
         };
         parts.uri = uri;
         let original_host = parts.headers.remove(header::HOST);
@@ -89,11 +169,11 @@ impl Proxy {
         match tokio::time::timeout(self.timeout, self.client.request(request)).await {
             Err(_) => {
                 tracing::warn!(upstream = %self.upstream, timeout = ?self.timeout, "upstream timed out");
-                error(StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
+                json_error(StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
             }
             Ok(Err(failure)) => {
                 tracing::warn!(upstream = %self.upstream, error = %failure, "upstream unreachable");
-                error(StatusCode::BAD_GATEWAY, "upstream_unavailable")
+                json_error(StatusCode::BAD_GATEWAY, "upstream_unavailable")
             }
             Ok(Ok(response)) => {
                 let (mut parts, body) = response.into_parts();
@@ -192,16 +272,6 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: SocketAddr) {
     if let Ok(value) = value {
         headers.insert(X_FORWARDED_FOR, value);
     }
-}
-
-/// A small JSON error answered by the gateway itself.
-pub(crate) fn error(status: StatusCode, code: &'static str) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        format!("{{\"error\":\"{code}\"}}"),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

@@ -1,0 +1,61 @@
+//! The rule table as text, one line a rule: what `gateway --check` prints, like `nginx -t`.
+
+use std::fmt::Write as _;
+
+use crate::algorithm::Algorithm;
+use crate::config::{Per, Rule, RuleSet};
+
+/// The rule table as text, for `--check`: one line per rule.
+///
+/// ```
+/// let rules = tollgate::config::RuleSet::from_toml(
+///     "[limits]\nlogin = { rate = \"5/min\", strict = true }\nhealthz = { unlimited = true }\n",
+/// )?;
+/// let table = tollgate::gateway::describe_rules(&rules);
+/// assert!(table.contains("login") && table.contains("5/1m burst 5 · gcra · cost 1 · per client · strict"));
+/// assert!(table.contains("healthz") && table.contains("unlimited"));
+/// # Ok::<(), tollgate::config::ConfigError>(())
+/// ```
+pub fn describe_rules(rules: &RuleSet) -> String {
+    let mut out = String::new();
+    for rule in rules.rules() {
+        let _ = writeln!(
+            out,
+            "{:<32} {:<48} {}",
+            rule.name(),
+            describe(rule),
+            rule.origin()
+        );
+    }
+    out
+}
+
+/// What one rule limits, in a few words.
+fn describe(rule: &Rule) -> String {
+    let Some(algorithm) = rule.algorithm() else {
+        return "unlimited".to_owned();
+    };
+    let quotas: Vec<String> = match algorithm {
+        Algorithm::Gcra => rule.quotas().iter().map(ToString::to_string).collect(),
+        _ => rule.quotas().iter().map(|q| q.rate().to_string()).collect(),
+    };
+    let per = match rule.per() {
+        Some(Per::Global) => "global",
+        _ => "per client",
+    };
+    let mut line = format!(
+        "{} · {algorithm} · cost {} · {per}",
+        quotas.join(" + "),
+        rule.cost()
+    );
+    if rule.is_strict() {
+        line.push_str(" · strict");
+    }
+    if rule.is_shadow() {
+        line.push_str(" · shadow");
+    }
+    if let Some(statuses) = rule.count_status() {
+        let _ = write!(line, " · counts {statuses}");
+    }
+    line
+}

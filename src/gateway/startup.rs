@@ -1,0 +1,116 @@
+//! Starting the gateway: load and watch the config, weigh the options, bind a listener for
+//! each front end, and start them all on one shared [`Limits`].
+
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+
+use super::admin::{self, AdminOptions};
+use super::options::GatewayOptions;
+use super::proxy::{self, ProxyOptions};
+use super::{Gateway, demo, metrics, signals};
+use crate::Limits;
+use crate::reload::WatchError;
+use crate::store::BackendStore;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The config is invalid or unreadable, or cannot be watched.
+    #[error(transparent)]
+    Config(#[from] WatchError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The demo upstream could not start.
+    #[error("cannot start the demo upstream: {0}")]
+    Demo(#[source] std::io::Error),
+}
+
+impl Gateway {
+    /// Loads and watches the config, binds both listeners and starts serving.
+    ///
+    /// Returns once the listeners are bound, so clients can connect at once. Must run
+    /// inside a multi-threaded tokio runtime.
+    pub async fn start(options: GatewayOptions) -> Result<Gateway, GatewayError> {
+        // Before any rule is compiled: rules keep handles to their counters.
+        let metrics = metrics::install();
+        let limits = Limits::builder()
+            .store(BackendStore::new())
+            .watch(&options.config)?;
+        let resolved = options.resolve(limits.rules().gateway());
+        let (upstream, demo) = match resolved.upstream {
+            Some(upstream) => (upstream, false),
+            None => {
+                let address = demo::start().await.map_err(GatewayError::Demo)?;
+                let uri = format!("http://{address}")
+                    .parse()
+                    .map_err(|_| GatewayError::Demo(std::io::Error::other("bad demo address")))?;
+                (uri, true)
+            }
+        };
+        let (proxy_listener, listen) = bind(resolved.listen).await?;
+        let (admin_listener, admin) = bind(resolved.admin).await?;
+
+        let mut proxy_options = ProxyOptions::new(upstream.clone());
+        proxy_options.upstream_timeout = resolved.upstream_timeout;
+        proxy_options.header_read_timeout = resolved.header_read_timeout;
+        let mut admin_options = AdminOptions::new(metrics);
+        admin_options.token = resolved.admin_token;
+        admin_options.header_read_timeout = resolved.header_read_timeout;
+
+        // Every front end gets the same shutdown: one send stops them all.
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let shutdown = || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            }
+        };
+        let servers = vec![
+            tokio::spawn(proxy::serve(
+                limits.clone(),
+                proxy_listener,
+                proxy_options,
+                shutdown(),
+            )),
+            tokio::spawn(admin::serve(
+                limits.clone(),
+                admin_listener,
+                admin_options,
+                shutdown(),
+            )),
+            tokio::spawn(signals::reload_on_sighup(limits.clone(), shutdown())),
+        ];
+        tracing::info!(%listen, %admin, %upstream, demo, "gateway started");
+        Ok(Gateway {
+            listen,
+            admin,
+            upstream,
+            demo,
+            limits,
+            stop,
+            servers,
+            grace: options.shutdown_grace,
+        })
+    }
+}
+
+/// A listener on `address`, and the address it is bound to (a port 0 made real).
+async fn bind(address: SocketAddr) -> Result<(TcpListener, SocketAddr), GatewayError> {
+    let bound = async {
+        let listener = TcpListener::bind(address).await?;
+        let local = listener.local_addr()?;
+        Ok((listener, local))
+    };
+    bound
+        .await
+        .map_err(|source| GatewayError::Bind { address, source })
+}
