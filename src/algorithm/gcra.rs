@@ -299,31 +299,11 @@ mod tests {
     fn out_of_order_timestamps_do_not_corrupt_state() {
         let quotas = [quota("1/s", 2)];
         let mut tats = [0];
-        assert!(
-            decide(
-                &mut tats,
-                &quotas,
-                1,
-                NOW + 10 * SECOND,
-                CheckMode::Consume,
-                false
-            )
-            .allowed()
-        );
+        let mut take_at = |at| decide(&mut tats, &quotas, 1, at, CheckMode::Consume, false);
+        assert!(take_at(NOW + 10 * SECOND).allowed());
         // An older event: the bucket is judged as it stood, never refilled by going back.
-        let old = decide(&mut tats, &quotas, 1, NOW, CheckMode::Consume, false);
-        assert!(!old.allowed());
-        assert!(
-            decide(
-                &mut tats,
-                &quotas,
-                1,
-                NOW + 10 * SECOND,
-                CheckMode::Consume,
-                false
-            )
-            .allowed()
-        );
+        assert!(!take_at(NOW).allowed());
+        assert!(take_at(NOW + 10 * SECOND).allowed());
     }
 
     #[test]

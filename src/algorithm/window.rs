@@ -319,40 +319,21 @@ mod tests {
     fn older_timestamps_count_in_the_window_last_seen() {
         let quotas = [quota("2/10s")];
         let mut counters = [Counter::default()];
-        assert!(
+        let mut take_at = |at| {
             decide(
                 Kind::Sliding,
                 &mut counters,
                 &quotas,
                 1,
-                T0 + 25 * SECOND,
-                CheckMode::Consume
+                at,
+                CheckMode::Consume,
             )
             .allowed()
-        );
+        };
+        assert!(take_at(T0 + 25 * SECOND));
         // An event from long before: counted, not allowed to roll the window back.
-        assert!(
-            decide(
-                Kind::Sliding,
-                &mut counters,
-                &quotas,
-                1,
-                T0,
-                CheckMode::Consume
-            )
-            .allowed()
-        );
-        assert!(
-            !decide(
-                Kind::Sliding,
-                &mut counters,
-                &quotas,
-                1,
-                T0,
-                CheckMode::Consume
-            )
-            .allowed()
-        );
+        assert!(take_at(T0));
+        assert!(!take_at(T0));
         assert_eq!(counters[0].start, T0 + 20 * SECOND);
     }
 

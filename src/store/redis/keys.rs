@@ -89,28 +89,11 @@ mod tests {
         .rules()
         .clone();
         let keys = RuleKeys::next(&rules, &RuleKeys::default(), &[]);
-        let api = rules.get("api").unwrap().id();
-        let search = rules.get("api/search").unwrap().id();
-        let root = rules.get("").unwrap().id();
+        let id = |key: &str| rules.get(key).unwrap().id();
+        let name = |rule, client| keys.bucket_key("t:", BucketRef { rule, client }).unwrap();
         let client = Client::from_segment("search");
-        let as_client = keys
-            .bucket_key(
-                "t:",
-                BucketRef {
-                    rule: api,
-                    client: Some(&client),
-                },
-            )
-            .unwrap();
-        let global = keys
-            .bucket_key(
-                "t:",
-                BucketRef {
-                    rule: search,
-                    client: None,
-                },
-            )
-            .unwrap();
+        let as_client = name(id("api"), Some(&client));
+        let global = name(id("api/search"), None);
         assert_eq!(as_client, "t:{api/search}c");
         assert_eq!(global, "t:{api/search}g");
         assert_eq!(
@@ -120,15 +103,7 @@ mod tests {
         assert_eq!(parse_bucket_key("t:", &global), Some(("api/search", None)));
 
         let ip = Client::from_segment("2001:db8::");
-        let root_key = keys
-            .bucket_key(
-                "t:",
-                BucketRef {
-                    rule: root,
-                    client: Some(&ip),
-                },
-            )
-            .unwrap();
+        let root_key = name(id(""), Some(&ip));
         assert_eq!(
             parse_bucket_key("t:", &root_key),
             Some(("", Some("2001:db8::")))
