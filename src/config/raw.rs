@@ -12,7 +12,6 @@ use serde::de::{self, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
-use super::response::HeaderStyle;
 use crate::algorithm::Algorithm;
 
 /// One config file.
@@ -87,6 +86,32 @@ pub(crate) struct RawResponse {
     pub(crate) headers: Option<HeaderStyle>,
     pub(crate) body: Option<String>,
     pub(crate) content_type: Option<Spanned<String>>,
+}
+
+/// Which rate-limit headers responses carry (`[response] headers`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// `RateLimit` and `RateLimit-Policy` (the default).
+    #[default]
+    Ietf,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
+    Legacy,
+    /// Both of the above.
+    Both,
+    /// None; denials still carry `Retry-After`.
+    None,
+}
+
+impl HeaderStyle {
+    pub(crate) fn ietf(self) -> bool {
+        matches!(self, HeaderStyle::Ietf | HeaderStyle::Both)
+    }
+
+    pub(crate) fn legacy(self) -> bool {
+        matches!(self, HeaderStyle::Legacy | HeaderStyle::Both)
+    }
 }
 
 /// `per = "client" | "global"`

@@ -3,37 +3,10 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
-use serde::Deserialize;
 
 use super::error::Diagnostic;
-use super::raw::RawResponse;
+use super::raw::{HeaderStyle, RawResponse};
 use super::source::SourceText;
-
-/// Which rate-limit headers responses carry (`[response] headers`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum HeaderStyle {
-    /// `RateLimit` and `RateLimit-Policy` (the default).
-    #[default]
-    Ietf,
-    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`.
-    Legacy,
-    /// Both of the above.
-    Both,
-    /// None; denials still carry `Retry-After`.
-    None,
-}
-
-impl HeaderStyle {
-    pub(crate) fn ietf(self) -> bool {
-        matches!(self, HeaderStyle::Ietf | HeaderStyle::Both)
-    }
-
-    pub(crate) fn legacy(self) -> bool {
-        matches!(self, HeaderStyle::Legacy | HeaderStyle::Both)
-    }
-}
 
 /// What a denial looks like: the `[response]` table.
 #[derive(Clone, Debug, PartialEq, Eq)]

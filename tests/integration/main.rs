@@ -8,6 +8,7 @@
 )]
 
 mod admin_page;
+mod architecture;
 mod bypass;
 mod concurrency;
 mod config_files;

@@ -1,10 +1,8 @@
 //! The `/buckets` listing against Redis: which keys are this store's buckets, and what
 //! each holds now, without changing any.
 
-use std::sync::atomic::Ordering;
-
-use super::Inner;
 use super::keys::parse_bucket_key;
+use super::pool::Pool;
 use super::script::{SCRIPT, decision_from, script_args};
 use crate::Quota;
 use crate::algorithm::{Algorithm, CheckMode};
@@ -31,11 +29,12 @@ fn escape_glob(text: &str) -> String {
 /// The `/buckets` listing: `SCAN` of this store's keys (at most [`MAX_LISTED`]), then one
 /// pipeline peeking every bucket of a known rule under the asked prefix.
 pub(super) async fn list(
-    inner: &Inner,
+    pool: &Pool,
     settings: &RedisSettings,
     query: &BucketQuery,
+    caller_time: bool,
 ) -> redis::RedisResult<Vec<BucketRow>> {
-    let mut connection = inner.connection().await?;
+    let mut connection = pool.connection(settings).await?;
     let pattern = format!("{}*", escape_glob(&settings.key_prefix));
     let mut keys: Vec<String> = Vec::new();
     let mut cursor: u64 = 0;
@@ -62,10 +61,7 @@ pub(super) async fn list(
         algorithm: Algorithm,
         quotas: &'r [Quota],
     }
-    let now = inner
-        .caller_time
-        .load(Ordering::Relaxed)
-        .then_some(query.now);
+    let now = caller_time.then_some(query.now);
     let mut pipeline = redis::pipe();
     pipeline.cmd("SCRIPT").arg("LOAD").arg(SCRIPT).ignore();
     let mut candidates = Vec::new();
@@ -91,7 +87,7 @@ pub(super) async fn list(
         pipeline.cmd("OBJECT").arg("IDLETIME").arg(key);
         pipeline
             .cmd("EVALSHA")
-            .arg(inner.script.get_hash())
+            .arg(pool.script_hash())
             .arg(1)
             .arg(key)
             .arg(script_args(

@@ -54,22 +54,23 @@
 mod breaker;
 mod keys;
 mod listing;
+mod pool;
 mod script;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use self::breaker::Breaker;
 use self::keys::RuleKeys;
 use self::listing::list;
-use self::script::{SCRIPT, decision_from, script_args};
+use self::pool::Pool;
+use self::script::{decision_from, script_args};
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, MemoryStore, RuleId,
     Store, StoreError,
@@ -101,10 +102,7 @@ pub struct RedisStore {
 }
 
 struct Inner {
-    client: redis::Client,
-    connections: tokio::sync::OnceCell<Vec<ConnectionManager>>,
-    turn: AtomicUsize,
-    script: redis::Script,
+    pool: Pool,
     settings: ArcSwap<RedisSettings>,
     rules: ArcSwap<RuleKeys>,
     /// The ids of the rule set configured last, whose keys the next generation keeps.
@@ -131,10 +129,7 @@ impl RedisStore {
             })?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
-                client,
-                connections: tokio::sync::OnceCell::new(),
-                turn: AtomicUsize::new(0),
-                script: redis::Script::new(SCRIPT),
+                pool: Pool::new(client),
                 settings: ArcSwap::from_pointee(settings.clone()),
                 rules: ArcSwap::from_pointee(RuleKeys::default()),
                 current: Mutex::new(Vec::new()),
@@ -219,47 +214,6 @@ impl OwnedRequest {
 }
 
 impl Inner {
-    /// One of the multiplexed connections, in turn; made (lazily) on first use.
-    async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
-        let all = self
-            .connections
-            .get_or_try_init(|| async {
-                let settings = self.settings.load();
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(settings.timeout.max(Duration::from_millis(250))))
-                    .set_response_timeout(Some(settings.timeout))
-                    .set_number_of_retries(2)
-                    .set_min_delay(Duration::from_millis(20))
-                    .set_max_delay(Duration::from_millis(500));
-                let all = (0..settings.connections.max(1))
-                    .map(|_| {
-                        ConnectionManager::new_lazy_with_config(self.client.clone(), config.clone())
-                    })
-                    .collect::<redis::RedisResult<Vec<ConnectionManager>>>()?;
-                // Loaded once up front, so decisions are one EVALSHA each; after a server
-                // restart or SCRIPT FLUSH, NOSCRIPT makes the first decision load it again.
-                if let Some(first) = all.first() {
-                    self.script.load_async(&mut first.clone()).await?;
-                }
-                Ok::<_, redis::RedisError>(all)
-            })
-            .await?;
-        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
-        all.get(turn % all.len().max(1))
-            .cloned()
-            .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Client, "no connection")))
-    }
-
-    async fn decide(&self, key: &str, args: &[String]) -> redis::RedisResult<Vec<i64>> {
-        let mut connection = self.connection().await?;
-        let mut invocation = self.script.prepare_invoke();
-        invocation.key(key);
-        for arg in args {
-            invocation.arg(arg.as_str());
-        }
-        invocation.invoke_async(&mut connection).await
-    }
-
     /// What a decision is when Redis cannot make it.
     fn fallback(&self, request: &OwnedRequest, mode: OnBackendError, wait: Duration) -> Decision {
         self.fallbacks.increment(1);
@@ -345,7 +299,8 @@ impl Store for RedisStore {
             request.quotas,
         );
         Box::pin(async move {
-            let outcome = tokio::time::timeout(settings.timeout, inner.decide(&key, &args)).await;
+            let decided = inner.pool.decide(&settings, &key, &args);
+            let outcome = tokio::time::timeout(settings.timeout, decided).await;
             let failure = match outcome {
                 Ok(Ok(reply)) => match decision_from(&reply, owned.algorithm, &owned.quotas) {
                     Ok(decision) => {
@@ -394,7 +349,8 @@ impl Store for RedisStore {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
             let settings = inner.settings.load_full();
-            let listing = list(&inner, &settings, &query);
+            let caller_time = inner.caller_time.load(Ordering::Relaxed);
+            let listing = list(&inner.pool, &settings, &query, caller_time);
             match tokio::time::timeout(settings.timeout.max(Duration::from_secs(2)), listing).await
             {
                 Ok(Ok(rows)) => Ok(rows),
@@ -416,7 +372,12 @@ impl Store for RedisStore {
             let Some(key) = key else {
                 return Ok(false);
             };
-            let mut connection = inner.connection().await.map_err(unavailable)?;
+            let settings = inner.settings.load_full();
+            let mut connection = inner
+                .pool
+                .connection(&settings)
+                .await
+                .map_err(unavailable)?;
             let removed: u64 = redis::cmd("DEL")
                 .arg(&key)
                 .query_async(&mut connection)
