@@ -11,7 +11,7 @@ use crate::key::Client;
 use crate::store::{BucketQuery, BucketRow, CheckMode, CheckRequest, TopRows};
 
 impl MemoryStore {
-    /// The buckets `query` asks for; what [`Store::buckets`] returns, synchronously.
+    /// The buckets `query` asks for; what [`Store::buckets`](crate::store::Store::buckets) returns, synchronously.
     pub fn list(&self, query: &BucketQuery) -> Vec<BucketRow> {
         let now = query.now.as_unix_nanos();
         let rules: HashMap<RuleId, &Rule> = query
