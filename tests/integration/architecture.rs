@@ -362,7 +362,7 @@ fn every_room_uses_only_what_architecture_md_allows() {
 }
 
 #[test]
-fn front_ends_never_import_each_other() {
+fn front_ends_never_import_each_other_and_decide_only_through_limits() {
     let krate = Crate::read();
     // A front end is a module with a `serve` entry point; only the assembly starts them.
     let front_ends: BTreeSet<usize> = (0..krate.files.len())
@@ -381,6 +381,16 @@ fn front_ends_never_import_each_other() {
                 "{} imports {}",
                 path.display(),
                 krate.files[*target].path.display()
+            ));
+        }
+    }
+    // And they decide only through `Limits`: never by asking a store for a decision.
+    for file in &krate.files {
+        if file.module.first().is_some_and(|m| m == "gateway") && file.code.contains("CheckRequest")
+        {
+            violations.push(format!(
+                "{} builds a CheckRequest instead of asking Limits",
+                file.path.display()
             ));
         }
     }
