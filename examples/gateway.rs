@@ -22,7 +22,8 @@ use tollgate::gateway::{Gateway, GatewayOptions, describe_rules, shutdown_signal
 #[derive(Debug, Parser)]
 #[command(name = "gateway", version)]
 struct Flags {
-    /// Config file; repeat to layer files (later ones override earlier ones rule by rule).
+    /// Config file or http(s):// URL; repeat to layer them (later ones override earlier ones
+    /// rule by rule).
     #[arg(
         long = "config",
         value_name = "PATH",

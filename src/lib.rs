@@ -11,6 +11,7 @@ pub mod response;
 pub mod store;
 
 mod algorithm;
+mod atomic_file;
 mod decision;
 mod future;
 mod layer;

@@ -67,6 +67,28 @@ pub enum ConfigError {
         /// The most a config file may hold, [`MAX_CONFIG_BYTES`](crate::config::MAX_CONFIG_BYTES).
         limit: u64,
     },
+    /// A config source given as a URL is not one tollgate can fetch.
+    #[error("config source {url} is not a URL tollgate can fetch: {reason}")]
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A remote document could not be fetched at start-up, and no cached copy was there to
+    /// start from.
+    #[error("cannot fetch config {url}: {reason}{}", match cache {
+        Some(dir) => format!(" (and no cached copy in {})", dir.display()),
+        None => " (and no [reload] cache_dir to start from)".to_owned(),
+    })]
+    Fetch {
+        /// The URL.
+        url: String,
+        /// Why the fetch failed.
+        reason: String,
+        /// The cache directory that was searched, if one is configured.
+        cache: Option<PathBuf>,
+    },
     /// The files were read but are not a valid config; every problem found is listed.
     #[error("{}", Lines(.0))]
     Invalid(Vec<Diagnostic>),

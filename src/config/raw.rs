@@ -30,6 +30,19 @@ pub(crate) struct RawFile {
     pub(crate) gateway: RawGateway,
     #[serde(default)]
     pub(crate) store: RawStore,
+    /// Kept spanned: a remote document may not set it, and the error points at it.
+    pub(crate) reload: Option<Spanned<RawReload>>,
+}
+
+/// `[reload]`: how remote documents are fetched and kept.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawReload {
+    pub(crate) poll_interval: Option<Spanned<String>>,
+    pub(crate) cache_dir: Option<Spanned<String>>,
+    /// `[reload.headers."host"]`: header name → environment variable holding its value.
+    #[serde(default)]
+    pub(crate) headers: BTreeMap<Spanned<String>, BTreeMap<Spanned<String>, Spanned<String>>>,
 }
 
 /// `[store]`

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::gateway::GatewaySettings;
 use super::prefix::PrefixTable;
+use super::reload::ReloadSettings;
 use super::response::ResponseSettings;
 use super::rule::{Rule, RuleId};
 use super::settings::Settings;
@@ -39,6 +40,7 @@ pub struct RuleSet {
     response: Arc<ResponseSettings>,
     gateway: GatewaySettings,
     store: StoreSettings,
+    reload: ReloadSettings,
     files: Vec<PathBuf>,
     /// The next unused rule id: ids are never reused, so a rule removed and later restored
     /// starts with fresh buckets.
@@ -66,6 +68,7 @@ impl RuleSet {
             response: Arc::new(settings.response),
             gateway: settings.gateway,
             store: settings.store,
+            reload: settings.reload,
             files,
             next_id,
             generation,
@@ -136,6 +139,11 @@ impl RuleSet {
     /// The `[store]` table.
     pub fn store(&self) -> &StoreSettings {
         &self.store
+    }
+
+    /// The `[reload]` table (from the local files).
+    pub fn reload(&self) -> &ReloadSettings {
+        &self.reload
     }
 
     /// Which applied set this is: 1 after the initial load, +1 per applied reload.

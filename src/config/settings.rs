@@ -8,6 +8,7 @@ use ipnet::IpNet;
 use super::error::Diagnostic;
 use super::gateway::GatewaySettings;
 use super::raw::RawFile;
+use super::reload::ReloadSettings;
 use super::response::ResponseSettings;
 use super::source::SourceText;
 use super::store::StoreSettings;
@@ -21,6 +22,7 @@ pub(super) struct Settings {
     pub(super) response: ResponseSettings,
     pub(super) gateway: GatewaySettings,
     pub(super) store: StoreSettings,
+    pub(super) reload: ReloadSettings,
 }
 
 impl Settings {
@@ -99,6 +101,17 @@ impl Settings {
         self.response.apply(source, &raw.response, diagnostics);
         self.gateway.apply(source, &raw.gateway, diagnostics);
         self.store.apply(source, &raw.store, diagnostics);
+        if let Some(reload) = &raw.reload {
+            if source.remote {
+                diagnostics.push(source.at(
+                    reload.span(),
+                    "[reload] says how remote documents are fetched, so it belongs in a local \
+                     file, not in a remote document",
+                ));
+            } else {
+                self.reload.apply(source, reload.get_ref(), diagnostics);
+            }
+        }
     }
 }
 

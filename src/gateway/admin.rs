@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `GET /` | the introspection page (self-contained HTML, no CDN) |
 //! | `GET /healthz` | `ok` |
-//! | `GET /config` | active rules, files, generation, loaded-at, last reload error |
+//! | `GET /config` | active rules, sources (files and URLs: last read, validator, last error), generation, loaded-at, last reload error |
 //! | `GET /buckets?prefix=&max_fraction=&sort=&limit=` | buckets, filtered and sorted server-side |
 //! | `DELETE /buckets/{key}` | forgive one client: drop its bucket |
 //! | `GET /explain?path=&client=` | which rule and bucket a request would use, and why |
@@ -31,8 +31,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::config::{Per, RuleSet};
+use crate::config::{Per, RuleSet, Validator};
 use crate::key::{Client, normalize_route};
+use crate::reload::SourceStatus;
 use crate::store::{BackendStore, BucketQuery, BucketRef, BucketSort, Store};
 use crate::{Limits, Quota};
 
@@ -189,9 +190,30 @@ async fn config(State(state): State<AdminState<BackendStore>>) -> Json<Value> {
         "last_error": status.last_error,
         "last_error_at": status.last_error_at.map(unix_seconds),
         "failures": status.failures,
+        "sources": status.sources.iter().map(source_json).collect::<Vec<_>>(),
         "store": store_json(state.limits.store()),
         "rules": rules_json(&rules),
     }))
+}
+
+/// One config source: what was read from it last, and how the last read went.
+fn source_json(source: &SourceStatus) -> Value {
+    let validator = match &source.validator {
+        Some(Validator::ETag(tag)) => json!({ "etag": tag }),
+        Some(Validator::LastModified(date)) => json!({ "last_modified": date }),
+        Some(Validator::Modified(time)) => json!({ "modified": unix_seconds(*time) }),
+        _ => Value::Null,
+    };
+    json!({
+        "source": source.name,
+        "kind": if source.remote { "url" } else { "file" },
+        "last_read_at": source.last_read_at.map(unix_seconds),
+        "validator": validator,
+        "last_error": source.last_error,
+        "last_error_at": source.last_error_at.map(unix_seconds),
+        "reads": source.reads,
+        "from_cache": source.from_cache,
+    })
 }
 
 /// Where buckets live, and whether Redis is being skipped right now.

@@ -49,8 +49,16 @@ fn describe() {
     );
     describe_counter!("tollgate_config_reloads_total", "Config reloads applied.");
     describe_counter!(
+        "tollgate_config_reads_total",
+        "Config sources read: files opened (kind=file) and URLs fetched (kind=url). Idle and unchanged, files are not read again."
+    );
+    describe_counter!(
+        "tollgate_config_fetch_errors_total",
+        "Fetches of remote config that failed (each attempt; reported once per distinct error)."
+    );
+    describe_counter!(
         "tollgate_config_reload_failures_total",
-        "Config reloads refused (the previous rules kept serving)."
+        "Config reloads refused and distinct remote fetch errors (the previous rules kept serving), each reported once."
     );
     describe_gauge!(
         "tollgate_config_generation",

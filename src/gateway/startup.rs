@@ -29,6 +29,9 @@ pub enum GatewayError {
         #[source]
         source: std::io::Error,
     },
+    /// The task loading the config ended without an answer (it panicked).
+    #[error("the config loader stopped unexpectedly: {0}")]
+    Loader(String),
     /// The demo upstream could not start.
     #[error("cannot start the demo upstream: {0}")]
     Demo(#[source] std::io::Error),
@@ -42,9 +45,13 @@ impl Gateway {
     pub async fn start(options: GatewayOptions) -> Result<Gateway, GatewayError> {
         // Before any rule is compiled: rules keep handles to their counters.
         let metrics = metrics::install();
-        let limits = Limits::builder()
-            .store(BackendStore::new())
-            .watch(&options.config)?;
+        // Loading may fetch remote documents, which blocks: not on a runtime worker.
+        let config = options.config.clone();
+        let limits = tokio::task::spawn_blocking(move || {
+            Limits::builder().store(BackendStore::new()).watch(&config)
+        })
+        .await
+        .map_err(|error| GatewayError::Loader(error.to_string()))??;
         let resolved = options.resolve(limits.rules().gateway());
         let (upstream, demo) = match resolved.upstream {
             Some(upstream) => (upstream, false),

@@ -57,9 +57,9 @@ impl<St: Store> LimitsBuilder<St> {
         self,
         paths: impl IntoIterator<Item = P>,
     ) -> Result<Limits<St>, ConfigError> {
-        let sources = ConfigSource::files(paths);
-        let texts = ConfigSource::read_all(&sources)?;
-        self.build(texts, sources)
+        let sources = ConfigSource::parse_all(paths)?;
+        let (reloader, texts) = Reloader::open(sources)?;
+        self.build(texts, reloader)
     }
 
     /// Loads config files and re-applies them whenever they change; see
@@ -75,15 +75,12 @@ impl<St: Store> LimitsBuilder<St> {
 
     /// Uses config text instead of files (errors name the file `<inline>`).
     pub fn from_toml(self, text: &str) -> Result<Limits<St>, ConfigError> {
-        self.build(vec![SourceText::inline(text)], Vec::new())
+        self.build(vec![SourceText::inline(text)], Reloader::inline())
     }
 
-    fn build(
-        self,
-        texts: Vec<SourceText>,
-        sources: Vec<ConfigSource>,
-    ) -> Result<Limits<St>, ConfigError> {
+    fn build(self, texts: Vec<SourceText>, reloader: Reloader) -> Result<Limits<St>, ConfigError> {
         let rules = RuleSet::compile(&texts, None).map_err(ConfigError::Invalid)?;
+        reloader.opened(&rules);
         metrics::gauge!("tollgate_config_generation").set(1.0);
         self.store.configure(&rules);
         let (sweeper, stop) = std::sync::mpsc::channel();
@@ -91,7 +88,7 @@ impl<St: Store> LimitsBuilder<St> {
             rules: ArcSwap::from_pointee(rules),
             store: self.store,
             clock: self.clock.unwrap_or_else(|| Box::new(SystemClock::new())),
-            reloader: Reloader::new(sources, texts.into_iter().map(|s| s.text).collect()),
+            reloader,
             _sweeper: sweeper,
         });
         maintenance::restore(&shared);

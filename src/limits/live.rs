@@ -6,17 +6,22 @@ use std::sync::Arc;
 
 use super::Limits;
 use crate::config::ConfigError;
-use crate::reload::{ReloadStatus, Reloaded, WatchError};
+use crate::reload::{ReloadStatus, Reloaded, Trigger, WatchError};
 use crate::store::Store;
 
 impl<St: Store> Limits<St> {
-    /// Re-reads the files now (the gateway binds this to SIGHUP).
+    /// Re-reads the files and re-fetches the URLs now (the gateway binds this to SIGHUP),
+    /// even if what they hold was refused before.
     ///
-    /// Returns what happened, or why the files were refused — in which case the previous
-    /// rules keep serving and [`status`](Self::status) reports the error.
+    /// Returns what happened, or why the sources were refused — in which case the previous
+    /// rules keep serving and [`status`](Self::status) reports the error. A URL that cannot
+    /// be fetched keeps its last good copy (its error is in the status); the files still
+    /// reload.
     pub fn reload(&self) -> Result<Reloaded, ConfigError> {
         let shared = &self.shared;
-        shared.reloader.reload(&shared.rules, &shared.store)
+        shared
+            .reloader
+            .reload(Trigger::Forced, &shared.rules, &shared.store)
     }
 
     /// The configuration's current state. Its generation is the active rule set's own, so
@@ -32,16 +37,18 @@ impl<St: Store> Limits<St> {
         self.shared.reloader.subscribe()
     }
 
-    /// Starts watching the files this limiter was loaded from.
+    /// Starts watching the files this limiter was loaded from, and polling its URLs.
     pub(super) fn start_watching(&self) -> Result<(), WatchError> {
         // Weak: the watcher lives inside the limiter and must not keep it alive.
         let weak = Arc::downgrade(&self.shared);
-        self.shared.reloader.watch(move || {
+        self.shared.reloader.watch(move |trigger| {
             // The limiter is gone: nothing to reload (the watcher is being dropped too).
-            if let Some(shared) = weak.upgrade() {
-                // Errors were logged and recorded by the reload itself.
-                let _ = shared.reloader.reload(&shared.rules, &shared.store);
-            }
+            let shared = weak.upgrade()?;
+            // Errors were logged and recorded by the reload itself.
+            let _ = shared
+                .reloader
+                .reload(trigger, &shared.rules, &shared.store);
+            Some(shared.reloader.next_poll())
         })
     }
 }

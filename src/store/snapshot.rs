@@ -23,7 +23,6 @@
 //! and never fatal. Buckets of rules that no longer exist are skipped.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -109,22 +108,9 @@ pub(crate) fn write(path: &Path, now: Timestamp, records: &[Record]) -> Result<(
     }
     let _ = writeln!(text, "end {}", records.len());
 
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".tmp");
-    let temporary = PathBuf::from(temporary);
-    let written = std::fs::File::create(&temporary)
-        .and_then(|mut file| {
-            file.write_all(text.as_bytes())?;
-            file.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&temporary, path));
-    if let Err(source) = written {
-        // A disk that filled half-way through leaves a partial temporary: give the space
-        // back. The previous snapshot, never touched, stays the one a restart reads.
-        let _ = std::fs::remove_file(&temporary);
-        return Err(io(source));
-    }
-    Ok(())
+    // A crash leaves the old snapshot or the new one; a disk that fills half-way through
+    // leaves the previous snapshot, never touched, as the one a restart reads.
+    crate::atomic_file::write(path, text.as_bytes()).map_err(io)
 }
 
 /// Reads a whole snapshot, or nothing.

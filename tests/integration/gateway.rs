@@ -281,6 +281,11 @@ async fn the_admin_endpoints_answer_in_json() {
         .collect();
     assert_eq!(rules, ["/", "login"]);
     assert_eq!(config["rules"][1]["limit"]["rates"][0], "3/1m");
+    let source = &config["sources"][0];
+    assert_eq!(source["kind"], "file");
+    assert_eq!(source["reads"], 1, "read once at start, not since");
+    assert!(source["validator"]["modified"].as_f64().unwrap() > 0.0);
+    assert_eq!(source["last_error"], serde_json::Value::Null);
 
     // The seed question: every bucket under login/ below half its budget.
     let rows = json(&get(admin, "/buckets?prefix=login/&max_fraction=0.5", &[]).await);
@@ -366,6 +371,13 @@ async fn the_admin_endpoints_answer_in_json() {
     );
     assert!(
         metrics.body.contains("tollgate_buckets_active"),
+        "{}",
+        metrics.body
+    );
+    assert!(
+        metrics
+            .body
+            .contains("tollgate_config_reads_total{kind=\"file\"}"),
         "{}",
         metrics.body
     );

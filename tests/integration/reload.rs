@@ -188,6 +188,80 @@ fn an_invalid_edit_keeps_the_old_rules_and_says_why_until_fixed() {
     assert_eq!((status.generation, status.last_error), (2, None));
 }
 
+/// How often the setup's one file has been read.
+fn reads(setup: &Setup) -> u64 {
+    setup.limits.status().sources[0].reads
+}
+
+/// Waits `quiet` and checks that nothing was read meanwhile. Idleness can only be seen over
+/// time: the watcher that re-read its own reads did so every 50 ms, so half a second of
+/// quiet catches it many times over.
+fn stays_unread(setup: &Setup, quiet: Duration, why: &str) {
+    let before = reads(setup);
+    std::thread::sleep(quiet);
+    assert_eq!(reads(setup), before, "{why}");
+}
+
+#[test]
+fn an_idle_watcher_reads_nothing_and_one_save_is_one_read_and_one_reload() {
+    let setup = watched(&root("1/min"));
+    assert_eq!(reads(&setup), 1, "the initial load");
+    stays_unread(
+        &setup,
+        Duration::from_millis(1_500),
+        "an idle process reads nothing",
+    );
+
+    std::fs::write(&setup.file, root("5/min")).unwrap();
+    wait_until("the save applies", || setup.limits.status().generation == 2);
+    stays_unread(
+        &setup,
+        Duration::from_millis(500),
+        "its own read is no change",
+    );
+    assert_eq!(reads(&setup), 2, "one save, one read");
+    assert_eq!(setup.limits.status().generation, 2, "one save, one reload");
+    assert_eq!(root_rate(&setup.limits), "5/1m");
+}
+
+#[test]
+fn an_invalid_save_is_reported_once_until_it_changes_or_a_reload_is_forced() {
+    let setup = watched(&root("1/min"));
+    let failures = || setup.limits.status().failures;
+    std::fs::write(&setup.file, root("twenty")).unwrap();
+    wait_until("the failure is reported", || failures() == 1);
+    stays_unread(
+        &setup,
+        Duration::from_millis(1_000),
+        "a refused save is not retried",
+    );
+    assert_eq!((reads(&setup), failures()), (2, 1));
+
+    // A change of metadata alone (a touch) is looked at, but the same refusal is not
+    // reported again.
+    let file = std::fs::File::options()
+        .write(true)
+        .open(&setup.file)
+        .unwrap();
+    file.set_modified(std::time::SystemTime::now()).unwrap();
+    drop(file);
+    wait_until("the touch is looked at", || reads(&setup) == 3);
+    stays_unread(&setup, Duration::from_millis(300), "one look");
+    assert_eq!(failures(), 1, "the same refusal is reported once");
+
+    // Asked explicitly (SIGHUP in the gateway), it is tried and reported again.
+    assert!(setup.limits.reload().is_err());
+    assert_eq!((reads(&setup), failures()), (4, 2));
+
+    std::fs::write(&setup.file, root("9/min")).unwrap();
+    wait_until("the fix applies", || root_rate(&setup.limits) == "9/1m");
+    let status = setup.limits.status();
+    assert_eq!(
+        (status.generation, status.last_error, status.failures),
+        (2, None, 2)
+    );
+}
+
 #[test]
 fn exhausted_clients_stay_exhausted_across_unrelated_and_own_edits() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,514 @@
+//! The reload engine of one limiter: its sources and what was last read from each, what is
+//! applied, what was refused, and the status it reports. It swaps rule sets into the
+//! limiter's `ArcSwap` and tells its store; it knows nothing else of the limiter
+//! ([`Limits`](crate::Limits) holds one and delegates to it).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+
+use super::poll::{self, Poller};
+use super::watch::FileWatcher;
+use super::{ReloadStatus, Reloaded, WatchError};
+use crate::config::source::{Cache, ConfigSource, Fetched, Fetcher, SourceText, read_file};
+use crate::config::{ConfigError, ReloadSettings, RuleSet, Validator};
+use crate::store::Store;
+
+/// What asks for a reload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Trigger {
+    /// The file watcher saw a change: re-read the files.
+    Files,
+    /// A poll is due: re-fetch the URLs.
+    Poll,
+    /// Someone asked (SIGHUP, [`Limits::reload`](crate::Limits::reload)): re-read and
+    /// re-fetch everything, and report even what was reported before.
+    Forced,
+}
+
+pub(crate) struct Reloader {
+    /// Serialises reloads.
+    state: Mutex<State>,
+    status: tokio::sync::watch::Sender<ReloadStatus>,
+    /// The HTTP client, made when the first URL is fetched.
+    fetcher: std::sync::OnceLock<Fetcher>,
+    /// The file watcher and the poller, if watching; they stop when this is dropped.
+    background: Mutex<Background>,
+}
+
+/// Held only to be dropped: each stops its thread when it goes.
+#[derive(Default)]
+struct Background {
+    _files: Option<FileWatcher>,
+    _poll: Option<Poller>,
+}
+
+struct State {
+    sources: Vec<Tracked>,
+    /// The texts the active rules were compiled from; `None` before the first apply.
+    applied: Option<Vec<String>>,
+    /// The texts last refused: not compiled, nor reported, again until they change or a
+    /// reload is forced.
+    refused: Option<Vec<String>>,
+    /// The last reload failure reported, so that the same one is not reported twice.
+    reported: Option<String>,
+    /// The active rules' `[reload]` table (read from local files).
+    settings: ReloadSettings,
+}
+
+/// One source and what was last read from it.
+struct Tracked {
+    source: ConfigSource,
+    /// The last text read or fetched successfully.
+    text: Option<String>,
+    validator: Option<Validator>,
+    /// Whether `text` is in the cache already (URLs only).
+    cached: bool,
+    /// Fetches failed in a row (URLs only), for backoff.
+    failing: u32,
+}
+
+impl Reloader {
+    /// A reloader for config given as text: nothing to re-read.
+    pub(crate) fn inline() -> Reloader {
+        Reloader::with(Vec::new(), ReloadSettings::default())
+    }
+
+    fn with(sources: Vec<Tracked>, settings: ReloadSettings) -> Reloader {
+        let names: Vec<ConfigSource> = sources.iter().map(|t| t.source.clone()).collect();
+        let (status, _) = tokio::sync::watch::channel(ReloadStatus::new(&names));
+        Reloader {
+            state: Mutex::new(State {
+                sources,
+                applied: None,
+                refused: None,
+                reported: None,
+                settings,
+            }),
+            status,
+            fetcher: std::sync::OnceLock::new(),
+            background: Mutex::new(Background::default()),
+        }
+    }
+
+    /// Reads every source for the first time — files first, since their `[reload]` table
+    /// says how to fetch the URLs; a URL that cannot be fetched is read from the cache, and
+    /// without a cached copy the start fails, naming it. Returns the texts to compile.
+    pub(crate) fn open(
+        sources: Vec<ConfigSource>,
+    ) -> Result<(Reloader, Vec<SourceText>), ConfigError> {
+        if sources.is_empty() {
+            return Err(ConfigError::NoFiles);
+        }
+        let tracked = sources
+            .into_iter()
+            .map(|source| Tracked {
+                source,
+                text: None,
+                validator: None,
+                cached: false,
+                failing: 0,
+            })
+            .collect();
+        let reloader = Reloader::with(tracked, ReloadSettings::default());
+        {
+            let mut state = reloader.state.lock();
+            for index in 0..state.sources.len() {
+                if !state.sources[index].source.is_remote() {
+                    reloader.read_file_into(&mut state.sources, index)?;
+                }
+            }
+            let local: Vec<SourceText> = state
+                .sources
+                .iter()
+                .filter_map(Tracked::source_text)
+                .collect();
+            state.settings = ReloadSettings::bootstrap(&local);
+            for index in 0..state.sources.len() {
+                if state.sources[index].source.is_remote() {
+                    reloader.fetch_first(&mut state, index)?;
+                }
+            }
+        }
+        let texts = reloader
+            .state
+            .lock()
+            .sources
+            .iter()
+            .filter_map(Tracked::source_text)
+            .collect();
+        Ok((reloader, texts))
+    }
+
+    /// Records that the texts `open` returned compiled into `rules`, which are now active.
+    pub(crate) fn opened(&self, rules: &RuleSet) {
+        let mut state = self.state.lock();
+        state.applied = Some(
+            state
+                .sources
+                .iter()
+                .filter_map(|t| t.text.clone())
+                .collect(),
+        );
+        state.settings = rules.reload().clone();
+        write_cache(&mut state);
+    }
+
+    /// Re-reads what `trigger` concerns and, if the texts changed and compile, swaps the new
+    /// rules into `rules` and tells `store`; see the module docs.
+    pub(crate) fn reload<St: Store>(
+        &self,
+        trigger: Trigger,
+        rules: &ArcSwap<RuleSet>,
+        store: &St,
+    ) -> Result<Reloaded, ConfigError> {
+        let mut state = self.state.lock();
+        if state.sources.is_empty() {
+            return Err(ConfigError::NoFiles);
+        }
+        let forced = trigger == Trigger::Forced;
+        let mut unreadable = None;
+        for index in 0..state.sources.len() {
+            let remote = state.sources[index].source.is_remote();
+            match (remote, trigger) {
+                (false, Trigger::Files | Trigger::Forced) => {
+                    if let Err(error) = self.read_file_into(&mut state.sources, index) {
+                        unreadable.get_or_insert(error);
+                    }
+                }
+                (true, Trigger::Poll | Trigger::Forced) => {
+                    // A failure keeps the last good copy; the other sources still reload.
+                    let _ = self.fetch(&mut state, index, forced);
+                }
+                _ => {}
+            }
+        }
+        if let Some(error) = unreadable {
+            state.refused = None;
+            return Err(self.refuse(&mut state, error, forced));
+        }
+        let texts: Vec<String> = state
+            .sources
+            .iter()
+            .filter_map(|t| t.text.clone())
+            .collect();
+        if state.applied.as_ref() == Some(&texts) {
+            // Back to what is applied: whatever failed since is no longer there.
+            state.refused = None;
+            state.reported = None;
+            self.status
+                .send_if_modified(|status| status.last_error.take().is_some());
+            return Ok(Reloaded::Unchanged);
+        }
+        if !forced && state.refused.as_ref() == Some(&texts) {
+            return Ok(Reloaded::Unchanged);
+        }
+        let current = rules.load_full();
+        let sources: Vec<SourceText> = state
+            .sources
+            .iter()
+            .filter_map(Tracked::source_text)
+            .collect();
+        let next = match RuleSet::compile(&sources, Some(&current)) {
+            Ok(next) => next,
+            Err(diagnostics) => {
+                state.refused = Some(texts);
+                return Err(self.refuse(&mut state, ConfigError::Invalid(diagnostics), forced));
+            }
+        };
+        let retired = next.retired_since(&current);
+        let generation = next.generation();
+        state.settings = next.reload().clone();
+        store.configure(&next);
+        rules.store(Arc::new(next));
+        store.forget(&retired);
+        state.applied = Some(texts);
+        state.refused = None;
+        state.reported = None;
+        write_cache(&mut state);
+        self.status.send_modify(|status| {
+            status.generation = generation;
+            status.loaded_at = SystemTime::now();
+            status.last_error = None;
+        });
+        metrics::counter!("tollgate_config_reloads_total").increment(1);
+        metrics::gauge!("tollgate_config_generation").set(generation as f64);
+        tracing::info!(generation, retired_rules = retired.len(), "limits reloaded");
+        Ok(Reloaded::Applied { generation })
+    }
+
+    /// The status as last reported, with `generation` as the active rules' own.
+    pub(crate) fn status(&self, generation: u64) -> ReloadStatus {
+        let mut status = self.status.borrow().clone();
+        status.generation = generation;
+        status
+    }
+
+    /// A receiver that sees every change of the status.
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<ReloadStatus> {
+        self.status.subscribe()
+    }
+
+    /// How long until the next poll: the interval, backed off after failures, jittered.
+    pub(crate) fn next_poll(&self) -> Duration {
+        let state = self.state.lock();
+        let failing = state.sources.iter().map(|t| t.failing).max().unwrap_or(0);
+        poll::next_wait(state.settings.poll_interval, failing, poll::random())
+    }
+
+    /// Starts watching: the files' directories, and a poller if there are URLs. `changed`
+    /// runs (on a background thread) for each settled change or due poll, and returns the
+    /// wait until the next poll — `None` once the limiter is gone. Both stop when this
+    /// reloader is dropped.
+    pub(crate) fn watch(
+        &self,
+        changed: impl Fn(Trigger) -> Option<Duration> + Send + Sync + 'static,
+    ) -> Result<(), WatchError> {
+        let changed = Arc::new(changed);
+        let (files, remote): (Vec<PathBuf>, bool) = {
+            let state = self.state.lock();
+            let files = state
+                .sources
+                .iter()
+                .filter_map(|t| match &t.source {
+                    ConfigSource::File(path) => Some(path.clone()),
+                    ConfigSource::Url(_) => None,
+                })
+                .collect();
+            (files, state.sources.iter().any(|t| t.source.is_remote()))
+        };
+        let mut background = self.background.lock();
+        if !files.is_empty() {
+            let changed = Arc::clone(&changed);
+            background._files = Some(FileWatcher::start(&files, move || {
+                let _ = changed(Trigger::Files);
+            })?);
+        }
+        if remote {
+            background._poll = Some(Poller::start(self.next_poll(), move || {
+                changed(Trigger::Poll)
+            }));
+        }
+        Ok(())
+    }
+
+    /// Reads file source `index` into its `text`, counting the read.
+    fn read_file_into(&self, sources: &mut [Tracked], index: usize) -> Result<(), ConfigError> {
+        let Some(ConfigSource::File(path)) = sources.get(index).map(|t| &t.source) else {
+            return Ok(());
+        };
+        metrics::counter!("tollgate_config_reads_total", "kind" => "file").increment(1);
+        let read = read_file(path);
+        let tracked = &mut sources[index];
+        self.status.send_modify(|status| {
+            if let Some(source) = status.sources.get_mut(index) {
+                source.reads += 1;
+                match &read {
+                    Ok((_, validator)) => {
+                        source.last_read_at = Some(SystemTime::now());
+                        source.validator = Some(validator.clone());
+                        source.last_error = None;
+                    }
+                    Err(error) => {
+                        source.last_error = Some(error.to_string());
+                        source.last_error_at = Some(SystemTime::now());
+                    }
+                }
+            }
+        });
+        let (text, validator) = read?;
+        tracked.text = Some(text);
+        tracked.validator = Some(validator);
+        Ok(())
+    }
+
+    /// The first fetch of URL source `index`, falling back to the cache.
+    fn fetch_first(&self, state: &mut State, index: usize) -> Result<(), ConfigError> {
+        let Err(reason) = self.fetch(state, index, false) else {
+            return Ok(());
+        };
+        let tracked = &mut state.sources[index];
+        let ConfigSource::Url(url) = &tracked.source else {
+            return Ok(());
+        };
+        let cache = state.settings.cache_dir.as_ref().map(Cache::new);
+        let Some((text, written)) = cache.as_ref().and_then(|cache| cache.read(url)) else {
+            return Err(ConfigError::Fetch {
+                url: url.as_str().to_owned(),
+                reason,
+                cache: state.settings.cache_dir.clone(),
+            });
+        };
+        let age = written.elapsed().unwrap_or_default().as_secs();
+        tracing::warn!(
+            url = url.as_str(),
+            age_seconds = age,
+            "repository unreachable at start-up; starting from the cached copy"
+        );
+        tracked.text = Some(text);
+        tracked.cached = true;
+        self.status.send_modify(|status| {
+            if let Some(source) = status.sources.get_mut(index) {
+                source.from_cache = true;
+                if let Some(error) = &mut source.last_error {
+                    error.push_str(&format!("; started from the copy cached {age} s before"));
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// Fetches URL source `index` (conditionally, once it has a validator). A failure keeps
+    /// the last good copy, is reported once per distinct error (every time if `forced`) and
+    /// is returned.
+    fn fetch(&self, state: &mut State, index: usize, forced: bool) -> Result<(), String> {
+        let State {
+            sources, settings, ..
+        } = state;
+        let Some(tracked) = sources.get_mut(index) else {
+            return Ok(());
+        };
+        let ConfigSource::Url(url) = &tracked.source else {
+            return Ok(());
+        };
+        metrics::counter!("tollgate_config_reads_total", "kind" => "url").increment(1);
+        let fetched = self.fetcher.get_or_init(Fetcher::new).fetch(
+            url,
+            tracked.validator.as_ref(),
+            &settings.headers,
+        );
+        let now = SystemTime::now();
+        let reason = match fetched {
+            Ok(fetched) => {
+                tracked.failing = 0;
+                if let Fetched::Document { text, validator } = fetched {
+                    if tracked.text.as_ref() != Some(&text) {
+                        tracked.text = Some(text);
+                        tracked.cached = false;
+                    }
+                    tracked.validator = validator;
+                }
+                let validator = tracked.validator.clone();
+                let mut recovered = false;
+                self.status.send_modify(|status| {
+                    if let Some(source) = status.sources.get_mut(index) {
+                        source.reads += 1;
+                        source.last_read_at = Some(now);
+                        source.validator = validator;
+                        source.from_cache = false;
+                        recovered = source.last_error.take().is_some();
+                    }
+                });
+                if recovered {
+                    tracing::info!(url = url.as_str(), "remote config fetched again");
+                }
+                return Ok(());
+            }
+            Err(reason) => reason,
+        };
+        tracked.failing = tracked.failing.saturating_add(1);
+        metrics::counter!("tollgate_config_fetch_errors_total").increment(1);
+        let message = format!("cannot fetch {}: {reason}", url.as_str());
+        let mut new = false;
+        self.status.send_modify(|status| {
+            let Some(source) = status.sources.get_mut(index) else {
+                return;
+            };
+            source.reads += 1;
+            new = forced || source.last_error.as_ref() != Some(&message);
+            if new {
+                source.last_error = Some(message.clone());
+                source.last_error_at = Some(now);
+                status.failures += 1;
+            }
+        });
+        if new {
+            metrics::counter!("tollgate_config_reload_failures_total").increment(1);
+            tracing::warn!(
+                failures_in_a_row = tracked.failing,
+                "{message}; the last good copy keeps serving"
+            );
+        } else {
+            tracing::debug!(failures_in_a_row = tracked.failing, "{message}");
+        }
+        Err(reason)
+    }
+
+    /// Reports a refused reload — unless it is the one reported last and nobody forced this
+    /// one — and returns it.
+    fn refuse(&self, state: &mut State, error: ConfigError, forced: bool) -> ConfigError {
+        let message = error.to_string();
+        if !forced && state.reported.as_ref() == Some(&message) {
+            tracing::debug!("limits reload refused again, as already reported");
+            return error;
+        }
+        state.reported = Some(message.clone());
+        let mut generation = 0;
+        self.status.send_modify(|status| {
+            status.last_error = Some(message);
+            status.last_error_at = Some(SystemTime::now());
+            status.failures += 1;
+            generation = status.generation;
+        });
+        metrics::counter!("tollgate_config_reload_failures_total").increment(1);
+        tracing::warn!(
+            generation,
+            "limits reload failed, previous rules keep serving:\n{error}"
+        );
+        error
+    }
+}
+
+impl Tracked {
+    fn source_text(&self) -> Option<SourceText> {
+        self.text
+            .as_ref()
+            .map(|text| SourceText::of(&self.source, text.clone()))
+    }
+}
+
+/// Keeps the applied copy of every remote document in `[reload] cache_dir`, if set.
+fn write_cache(state: &mut State) {
+    let Some(cache) = state.settings.cache_dir.as_ref().map(Cache::new) else {
+        return;
+    };
+    for tracked in &mut state.sources {
+        let (ConfigSource::Url(url), Some(text), false) =
+            (&tracked.source, &tracked.text, tracked.cached)
+        else {
+            continue;
+        };
+        match cache.write(url, text) {
+            Ok(()) => tracked.cached = true,
+            Err(error) => tracing::warn!(
+                url = url.as_str(),
+                dir = %cache.dir().display(),
+                %error,
+                "cannot keep the last good copy of a remote config"
+            ),
+        }
+    }
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state.lock();
+        f.debug_struct("Reloader")
+            .field(
+                "sources",
+                &state
+                    .sources
+                    .iter()
+                    .map(|t| t.source.name())
+                    .collect::<Vec<_>>(),
+            )
+            .field("watching", &{
+                let background = self.background.lock();
+                background._files.is_some() || background._poll.is_some()
+            })
+            .finish()
+    }
+}
