@@ -13,7 +13,9 @@ use parking_lot::Mutex;
 use super::poll::{self, Poller};
 use super::watch::FileWatcher;
 use super::{ReloadStatus, Reloaded, WatchError};
-use crate::config::source::{Cache, ConfigSource, Fetched, Fetcher, SourceText, read_file};
+use crate::config::source::{
+    Cache, ConfigSource, Fetched, Fetcher, RemoteUrl, SourceText, read_file,
+};
 use crate::config::{ConfigError, ReloadSettings, RuleSet, Validator};
 use crate::store::Store;
 
@@ -165,25 +167,28 @@ impl Reloader {
         rules: &ArcSwap<RuleSet>,
         store: &St,
     ) -> Result<Reloaded, ConfigError> {
+        let forced = trigger == Trigger::Forced;
+        // Fetched before the lock is taken: a repository that hangs must not hold up the
+        // reload of a local file's save (a fetch may take up to its timeout).
+        let fetched = if matches!(trigger, Trigger::Poll | Trigger::Forced) {
+            self.fetch_remote()
+        } else {
+            Vec::new()
+        };
         let mut state = self.state.lock();
         if state.sources.is_empty() {
             return Err(ConfigError::NoFiles);
         }
-        let forced = trigger == Trigger::Forced;
+        for (index, result) in fetched {
+            // A failure keeps the last good copy; the other sources still reload.
+            let _ = self.record_fetch(&mut state, index, result, forced);
+        }
         let mut unreadable = None;
-        for index in 0..state.sources.len() {
-            let remote = state.sources[index].source.is_remote();
-            match (remote, trigger) {
-                (false, Trigger::Files | Trigger::Forced) => {
-                    if let Err(error) = self.read_file_into(&mut state.sources, index) {
-                        unreadable.get_or_insert(error);
-                    }
+        if matches!(trigger, Trigger::Files | Trigger::Forced) {
+            for index in 0..state.sources.len() {
+                if let Err(error) = self.read_file_into(&mut state.sources, index) {
+                    unreadable.get_or_insert(error);
                 }
-                (true, Trigger::Poll | Trigger::Forced) => {
-                    // A failure keeps the last good copy; the other sources still reload.
-                    let _ = self.fetch(&mut state, index, forced);
-                }
-                _ => {}
             }
         }
         if let Some(error) = unreadable {
@@ -327,7 +332,15 @@ impl Reloader {
 
     /// The first fetch of URL source `index`, falling back to the cache.
     fn fetch_first(&self, state: &mut State, index: usize) -> Result<(), ConfigError> {
-        let Err(reason) = self.fetch(state, index, false) else {
+        let Some(ConfigSource::Url(url)) = state.sources.get(index).map(|t| &t.source) else {
+            return Ok(());
+        };
+        metrics::counter!("tollgate_config_reads_total", "kind" => "url").increment(1);
+        let fetched =
+            self.fetcher
+                .get_or_init(Fetcher::new)
+                .fetch(url, None, &state.settings.headers);
+        let Err(reason) = self.record_fetch(state, index, fetched, false) else {
             return Ok(());
         };
         let tracked = &mut state.sources[index];
@@ -361,25 +374,47 @@ impl Reloader {
         Ok(())
     }
 
-    /// Fetches URL source `index` (conditionally, once it has a validator). A failure keeps
-    /// the last good copy, is reported once per distinct error (every time if `forced`) and
-    /// is returned.
-    fn fetch(&self, state: &mut State, index: usize, forced: bool) -> Result<(), String> {
-        let State {
-            sources, settings, ..
-        } = state;
-        let Some(tracked) = sources.get_mut(index) else {
+    /// Fetches every URL source (conditionally, once it has a validator), without holding
+    /// the state's lock while the network answers.
+    fn fetch_remote(&self) -> Vec<(usize, Result<Fetched, String>)> {
+        let (wanted, headers) = {
+            let state = self.state.lock();
+            let wanted: Vec<(usize, RemoteUrl, Option<Validator>)> = state
+                .sources
+                .iter()
+                .enumerate()
+                .filter_map(|(index, tracked)| match &tracked.source {
+                    ConfigSource::Url(url) => Some((index, url.clone(), tracked.validator.clone())),
+                    ConfigSource::File(_) => None,
+                })
+                .collect();
+            (wanted, state.settings.headers.clone())
+        };
+        let fetcher = self.fetcher.get_or_init(Fetcher::new);
+        wanted
+            .into_iter()
+            .map(|(index, url, validator)| {
+                metrics::counter!("tollgate_config_reads_total", "kind" => "url").increment(1);
+                (index, fetcher.fetch(&url, validator.as_ref(), &headers))
+            })
+            .collect()
+    }
+
+    /// Takes in the result of fetching URL source `index`. A failure keeps the last good
+    /// copy, is reported once per distinct error (every time if `forced`) and is returned.
+    fn record_fetch(
+        &self,
+        state: &mut State,
+        index: usize,
+        fetched: Result<Fetched, String>,
+        forced: bool,
+    ) -> Result<(), String> {
+        let Some(tracked) = state.sources.get_mut(index) else {
             return Ok(());
         };
         let ConfigSource::Url(url) = &tracked.source else {
             return Ok(());
         };
-        metrics::counter!("tollgate_config_reads_total", "kind" => "url").increment(1);
-        let fetched = self.fetcher.get_or_init(Fetcher::new).fetch(
-            url,
-            tracked.validator.as_ref(),
-            &settings.headers,
-        );
         let now = SystemTime::now();
         let reason = match fetched {
             Ok(fetched) => {

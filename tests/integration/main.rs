@@ -19,6 +19,7 @@ mod layer_http;
 mod modes;
 mod redis_backend;
 mod reload;
+mod remote_config;
 mod sigterm;
 mod snapshots;
 mod support;

@@ -99,6 +99,7 @@ pub fn now_or_never<F: Future>(future: F) -> F::Output {
 }
 pub mod browser;
 pub mod redis;
+pub mod repository;
 
 /// Gateway options for `config`, listening and serving admin on free loopback ports.
 pub fn loopback_options(

@@ -1,0 +1,400 @@
+//! Configuration from a shared repository (SPEC §5): URLs layered with files, polled with
+//! conditional requests, kept through failures, cached for start-ups while the repository
+//! is down — against a real HTTP server on a loopback port.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tollgate::Limits;
+use tollgate::config::{Limit, Validator};
+
+use crate::support::repository::Repository;
+
+const POLL: Duration = Duration::from_millis(200);
+
+/// Waits until `condition` holds, at most `bound`.
+fn wait_until(what: &str, bound: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + bound;
+    while !condition() {
+        assert!(Instant::now() < deadline, "not within {bound:?}: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A rule's first rate, as text (`"10/1s"`), or what is there instead.
+fn rate(limits: &Limits, rule: &str) -> String {
+    match limits.rules().get(rule).map(|rule| rule.limit().clone()) {
+        Some(Limit::Limited { quotas, .. }) => quotas[0].rate().to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The fleet's document: a root rule and an api rule.
+fn global(root: &str) -> String {
+    format!("[limits]\n\"/\" = \"{root}\"\napi = \"100/min\"\n")
+}
+
+/// A per-server file polling every [`POLL`], caching in `cache` if given, and overriding api.
+fn local(dir: &Path, cache: Option<&Path>) -> PathBuf {
+    let cache = cache.map_or(String::new(), |dir| {
+        format!("cache_dir = \"{}\"\n", dir.display())
+    });
+    let file = dir.join("local.toml");
+    std::fs::write(
+        &file,
+        format!("[reload]\npoll_interval = \"200ms\"\n{cache}\n[limits]\napi = \"5/min\"\n"),
+    )
+    .unwrap();
+    file
+}
+
+#[test]
+fn a_repository_document_layers_under_a_local_file_and_a_change_applies_within_a_poll() {
+    let repository = Repository::start(&global("10/s"));
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits::watch([
+        repository.url(),
+        local(dir.path(), None).display().to_string(),
+    ])
+    .unwrap();
+    assert_eq!(
+        rate(&limits, ""),
+        "10/1s",
+        "the root rule comes from the repository"
+    );
+    assert_eq!(
+        rate(&limits, "api"),
+        "5/1m",
+        "the later, local file wins rule by rule"
+    );
+    let status = limits.status();
+    assert_eq!(status.sources[0].name, PathBuf::from(repository.url()));
+    assert!(status.sources[0].remote);
+    assert_eq!(
+        status.sources[0].validator,
+        Some(Validator::ETag("\"v1\"".into()))
+    );
+
+    let published = Instant::now();
+    repository.publish(&global("20/s"));
+    // One poll interval, jittered by at most 20%, plus a second.
+    wait_until(
+        "the new document is active",
+        POLL.mul_f64(1.2) + Duration::from_secs(1),
+        || rate(&limits, "") == "20/1s",
+    );
+    assert!(published.elapsed() < POLL.mul_f64(1.2) + Duration::from_secs(1));
+    assert_eq!(limits.status().generation, 2);
+    assert_eq!(rate(&limits, "api"), "5/1m");
+
+    // Polls after the first ask "has it changed?" and are told it has not: nothing reloads.
+    let seen = repository.served().requests;
+    wait_until("three more polls", Duration::from_secs(5), || {
+        repository.served().requests >= seen + 3
+    });
+    let served = repository.served();
+    assert_eq!(
+        served.conditional,
+        served.requests - 1,
+        "every poll but the first is conditional"
+    );
+    assert!(served.not_modified >= 3, "{served:?}");
+    assert_eq!(limits.status().generation, 2, "a 304 changes nothing");
+    assert_eq!(limits.status().failures, 0);
+}
+
+#[test]
+fn a_failing_or_invalid_repository_keeps_the_last_good_rules_and_is_reported_once() {
+    let repository = Repository::start(&global("10/s"));
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits::watch([
+        repository.url(),
+        local(dir.path(), None).display().to_string(),
+    ])
+    .unwrap();
+    let source_error = |limits: &Limits| limits.status().sources[0].last_error.clone();
+
+    repository.fail_with(Some(503));
+    wait_until("the outage is reported", Duration::from_secs(5), || {
+        source_error(&limits).is_some()
+    });
+    let error = source_error(&limits).unwrap();
+    assert!(
+        error.contains(&repository.url()) && error.contains("HTTP 503"),
+        "{error}"
+    );
+    let seen = repository.served().requests;
+    wait_until("two more failed polls", Duration::from_secs(10), || {
+        repository.served().requests >= seen + 2
+    });
+    let status = limits.status();
+    assert_eq!(status.failures, 1, "reported once, not once per poll");
+    assert_eq!((status.generation, rate(&limits, "")), (1, "10/1s".into()));
+
+    // Back, but serving a document that does not validate.
+    repository.fail_with(None);
+    repository.publish("[limits]\n\"/\" = \"fast\"\n");
+    wait_until(
+        "the invalid document is reported",
+        Duration::from_secs(10),
+        || limits.status().last_error.is_some(),
+    );
+    let status = limits.status();
+    let error = status.last_error.clone().unwrap();
+    assert!(
+        error.starts_with(&format!("{}:2:7: ", repository.url())),
+        "{error}"
+    );
+    assert_eq!(
+        status.sources[0].last_error, None,
+        "the fetch itself worked"
+    );
+    assert_eq!((status.generation, rate(&limits, "")), (1, "10/1s".into()));
+    let failures = status.failures;
+    let seen = repository.served().requests;
+    wait_until("two more polls", Duration::from_secs(5), || {
+        repository.served().requests >= seen + 2
+    });
+    assert_eq!(
+        limits.status().failures,
+        failures,
+        "the same document is not reported again"
+    );
+
+    repository.publish(&global("30/s"));
+    wait_until("the fix applies", Duration::from_secs(5), || {
+        rate(&limits, "") == "30/1s"
+    });
+    let status = limits.status();
+    assert_eq!((status.generation, status.last_error), (2, None));
+}
+
+#[test]
+fn a_repository_that_hangs_does_not_hold_up_a_local_save() {
+    let repository = Repository::start(&global("10/s"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = local(dir.path(), None);
+    let limits = Limits::watch([repository.url(), file.display().to_string()]).unwrap();
+    repository.hang_for(Some(Duration::from_secs(4)));
+    let seen = repository.served().requests;
+    wait_until("a poll is hanging", Duration::from_secs(5), || {
+        repository.served().requests > seen
+    });
+    let saved = Instant::now();
+    std::fs::write(
+        &file,
+        "[reload]\npoll_interval = \"200ms\"\n[limits]\napi = \"7/min\"\n",
+    )
+    .unwrap();
+    wait_until("the local save applies", Duration::from_secs(1), || {
+        rate(&limits, "api") == "7/1m"
+    });
+    assert!(saved.elapsed() < Duration::from_secs(1));
+    assert_eq!(rate(&limits, ""), "10/1s", "the repository's rules stay");
+    repository.hang_for(None);
+}
+
+#[test]
+fn a_start_while_the_repository_is_down_uses_the_last_good_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let file = local(dir.path(), Some(&cache));
+    let repository = Repository::start(&global("10/s"));
+    let url = repository.url();
+    {
+        let limits = Limits::load([url.clone(), file.display().to_string()]).unwrap();
+        assert_eq!(rate(&limits, ""), "10/1s");
+    }
+    let cached: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+    assert_eq!(cached.len(), 1, "one copy per URL");
+    drop(repository);
+
+    let limits = Limits::load([url.clone(), file.display().to_string()]).unwrap();
+    assert_eq!(rate(&limits, ""), "10/1s", "the cached copy's rules");
+    let source = &limits.status().sources[0];
+    assert!(source.from_cache);
+    let error = source.last_error.clone().unwrap();
+    assert!(
+        error.contains(&format!("cannot fetch {url}")) && error.contains("cached"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_start_with_the_repository_down_and_no_copy_fails_naming_the_url() {
+    let url = format!("http://{}/fleet/limits.toml", closed_port());
+    let error = Limits::load([url.as_str()]).unwrap_err().to_string();
+    assert!(
+        error.starts_with(&format!("cannot fetch config {url}: ")),
+        "{error}"
+    );
+    assert!(
+        error.ends_with("(and no [reload] cache_dir to start from)"),
+        "{error}"
+    );
+
+    // The gateway itself: it exits non-zero, naming the URL, with --check and without.
+    let Some(gateway) = gateway_binary() else {
+        return;
+    };
+    for check in [true, false] {
+        let mut command = Command::new(&gateway);
+        command.args([
+            "--config",
+            &url,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ]);
+        if check {
+            command.arg("--check");
+        }
+        let output = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!("cannot fetch config {url}")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn credentials_come_from_the_environment_reach_one_host_and_are_never_shown() {
+    const SECRET: &str = "Bearer s3cret-t0ken-value";
+    let repository = Repository::start(&global("10/s"));
+    repository.require("authorization", SECRET);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let file = dir.path().join("local.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[reload]\ncache_dir = \"{}\"\n[reload.headers.\"127.0.0.1\"]\n\
+             Authorization = \"TOLLGATE_TEST_CONFIG_AUTH\"\n",
+            cache.display()
+        ),
+    )
+    .unwrap();
+
+    // Without the variable: refused, naming the variable and not any value.
+    let error = Limits::load([repository.url(), file.display().to_string()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("environment variable TOLLGATE_TEST_CONFIG_AUTH (for the authorization header) is not set"),
+        "{error}"
+    );
+
+    // With it, in a real gateway process: fetched, and the secret is nowhere to be seen.
+    let Some(gateway) = gateway_binary() else {
+        return;
+    };
+    let mut child = Command::new(&gateway)
+        .args([
+            "--config",
+            &repository.url(),
+            "--config",
+            &file.display().to_string(),
+        ])
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .env("TOLLGATE_TEST_CONFIG_AUTH", SECRET)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (admin, log) = admin_address(&mut child);
+    let config = http_get(admin, "/config");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(config.contains("\"source\":\"http://"), "{config}");
+    assert!(!config.contains("cannot fetch"), "{config}");
+    assert!(!config.contains("s3cret"), "the secret is not on /config");
+    let log = log.lock().unwrap().clone();
+    assert!(log.contains("gateway started"), "{log}");
+    assert!(!log.contains("s3cret"), "nor in the log");
+    for copy in std::fs::read_dir(&cache).unwrap() {
+        let text = std::fs::read_to_string(copy.unwrap().path()).unwrap();
+        assert!(!text.contains("s3cret"), "nor in the cache");
+    }
+    assert_eq!(repository.served().credentials_seen, [SECRET]);
+}
+
+/// A loopback port nothing listens on.
+fn closed_port() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// The example gateway `cargo test` built beside this test binary. Missing, the test says
+/// so and skips — unless `CI=true`, where it fails.
+fn gateway_binary() -> Option<PathBuf> {
+    let binary = std::env::current_exe()
+        .ok()?
+        .parent()?
+        .parent()?
+        .join("examples/gateway");
+    if binary.exists() {
+        return Some(binary);
+    }
+    assert_ne!(
+        std::env::var("CI").as_deref(),
+        Ok("true"),
+        "the example gateway must be built under CI ({} is missing)",
+        binary.display()
+    );
+    eprintln!(
+        "SKIPPED: {} is not built (cargo test builds it)",
+        binary.display()
+    );
+    None
+}
+
+/// Reads the child gateway's stderr until it says where its admin listener is; everything
+/// it writes there, before and after, is collected in the returned log.
+fn admin_address(
+    child: &mut std::process::Child,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<String>>,
+) {
+    use std::io::BufRead as _;
+    let stderr = child.stderr.take().unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let address = loop {
+        let line = lines.next().expect("the gateway started").unwrap();
+        log.lock().unwrap().push_str(&line);
+        if let Some(rest) = line.split("admin page http://").nth(1) {
+            break rest.trim_end_matches('/').parse().unwrap();
+        }
+    };
+    // Keep draining, so the child never blocks on a full pipe.
+    let collected = std::sync::Arc::clone(&log);
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            collected.lock().unwrap().push_str(&line);
+        }
+    });
+    (address, log)
+}
+
+/// A plain HTTP/1.1 GET over a fresh connection; the body.
+fn http_get(address: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+        .split_once("\r\n\r\n")
+        .map_or(response.clone(), |(_, body)| body.to_owned())
+}
