@@ -49,15 +49,19 @@ fn local(dir: &Path, cache: Option<&Path>) -> PathBuf {
     file
 }
 
-#[test]
-fn a_repository_document_layers_under_a_local_file_and_a_change_applies_within_a_poll() {
+/// A repository serving the fleet's document (root rule 10/s), and a limiter watching it
+/// under a local file that polls every [`POLL`].
+fn fleet_member() -> (Repository, tempfile::TempDir, Limits) {
     let repository = Repository::start(&global("10/s"));
     let dir = tempfile::tempdir().unwrap();
-    let limits = Limits::watch([
-        repository.url(),
-        local(dir.path(), None).display().to_string(),
-    ])
-    .unwrap();
+    let file = local(dir.path(), None).display().to_string();
+    let limits = Limits::watch([repository.url(), file]).unwrap();
+    (repository, dir, limits)
+}
+
+#[test]
+fn a_repository_document_layers_under_a_local_file_and_a_change_applies_within_a_poll() {
+    let (repository, _dir, limits) = fleet_member();
     assert_eq!(
         rate(&limits, ""),
         "10/1s",
@@ -106,13 +110,7 @@ fn a_repository_document_layers_under_a_local_file_and_a_change_applies_within_a
 
 #[test]
 fn a_failing_or_invalid_repository_keeps_the_last_good_rules_and_is_reported_once() {
-    let repository = Repository::start(&global("10/s"));
-    let dir = tempfile::tempdir().unwrap();
-    let limits = Limits::watch([
-        repository.url(),
-        local(dir.path(), None).display().to_string(),
-    ])
-    .unwrap();
+    let (repository, _dir, limits) = fleet_member();
     let source_error = |limits: &Limits| limits.status().sources[0].last_error.clone();
 
     repository.fail_with(Some(503));

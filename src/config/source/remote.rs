@@ -46,8 +46,8 @@ impl std::fmt::Debug for Fetcher {
     }
 }
 
-#[cfg(feature = "remote")]
 impl Fetcher {
+    #[cfg(feature = "remote")]
     pub(crate) fn new() -> Fetcher {
         let agent = |redirects: u32| -> ureq::Agent {
             ureq::Agent::config_builder()
@@ -66,10 +66,32 @@ impl Fetcher {
         }
     }
 
+    #[cfg(not(feature = "remote"))]
+    pub(crate) fn new() -> Fetcher {
+        Fetcher {}
+    }
+
     /// `GET url`, conditional on `validator`, with `headers` whose values are read from the
     /// environment now. Errors are one line, fit for a log and `/config`, never holding a
-    /// header's value.
+    /// header's value. Without the `remote` feature there is nothing to fetch with: it says
+    /// so.
     pub(crate) fn fetch(
+        &self,
+        url: &RemoteUrl,
+        validator: Option<&Validator>,
+        headers: &[RemoteHeader],
+    ) -> Result<Fetched, String> {
+        #[cfg(feature = "remote")]
+        return self.get(url, validator, headers);
+        #[cfg(not(feature = "remote"))]
+        {
+            let _ = (url, validator, headers);
+            Err("tollgate was built without its `remote` feature, which URL sources need".into())
+        }
+    }
+
+    #[cfg(feature = "remote")]
+    fn get(
         &self,
         url: &RemoteUrl,
         validator: Option<&Validator>,
@@ -171,23 +193,5 @@ fn describe(error: &ureq::Error) -> String {
             format!("no complete answer within {FETCH_TIMEOUT:?} (connect {CONNECT_TIMEOUT:?})")
         }
         other => other.to_string(),
-    }
-}
-
-#[cfg(not(feature = "remote"))]
-impl Fetcher {
-    pub(crate) fn new() -> Fetcher {
-        Fetcher {}
-    }
-
-    /// Without the `remote` feature there is nothing to fetch with: say so.
-    pub(crate) fn fetch(
-        &self,
-        url: &RemoteUrl,
-        validator: Option<&Validator>,
-        headers: &[RemoteHeader],
-    ) -> Result<Fetched, String> {
-        let _ = (url, validator, headers);
-        Err("tollgate was built without its `remote` feature, which URL sources need".into())
     }
 }
