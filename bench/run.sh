@@ -2,7 +2,7 @@
 # Every benchmark in one go, release builds, results under bench/results/<date>/.
 #
 #   bash bench/run.sh                 # all suites
-#   bash bench/run.sh memory redis    # only some: criterion memory redis reload axum gateway
+#   bash bench/run.sh memory redis    # only some: criterion memory redis reload axum gateway config
 #
 # Each suite measures its baselines in the same run (governor, redis-benchmark, nginx), so
 # read ratios, not absolute figures: this shared 2-core machine drifts by tens of percent.
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 suites=("$@")
-[ "${#suites[@]}" -gt 0 ] || suites=(criterion memory redis reload axum gateway)
+[ "${#suites[@]}" -gt 0 ] || suites=(criterion memory redis reload axum gateway config)
 out="bench/results/$(date -u +%F-%H%M)"
 mkdir -p "$out"
 
@@ -43,7 +43,13 @@ for suite in "${suites[@]}"; do
       else
         echo "skipped: needs wrk and nginx (apt-get install -y wrk nginx)"
       fi ;;
-    *) echo "unknown suite $suite (criterion memory redis reload axum gateway)" >&2; exit 2 ;;
+    config)
+      if have python3 && have curl; then
+        bash bench/config_sources.sh 2>&1 | tee "$out/config.txt"
+      else
+        echo "skipped: needs python3 and curl"
+      fi ;;
+    *) echo "unknown suite $suite (criterion memory redis reload axum gateway config)" >&2; exit 2 ;;
   esac
 done
 echo "== results in $out"
