@@ -41,6 +41,14 @@ enum Left {
     Bucket { interval: u64, debt: u64 },
     /// A counter: whole units left, and time until one more is.
     Counted { remaining: u64, next: u64 },
+    /// A discrete-refill bucket (smyte's `RL.*`): tokens left, time until the next refill,
+    /// tokens held when the request arrived, and when the current session started (ns).
+    Refill {
+        remaining: u64,
+        next: u64,
+        available: u64,
+        session: u64,
+    },
 }
 
 impl Decision {
@@ -106,6 +114,20 @@ impl Decision {
         }
     }
 
+    /// A counter's decision made a discrete-refill bucket's (smyte's `RL.*` commands): it
+    /// also knows what the bucket held before the request and when its session started.
+    pub(crate) const fn with_refill(mut self, available: u64, session: u64) -> Decision {
+        if let Left::Counted { remaining, next } = self.left {
+            self.left = Left::Refill {
+                remaining,
+                next,
+                available,
+                session,
+            };
+        }
+        self
+    }
+
     pub(crate) fn with_reset(mut self, reset: u64) -> Decision {
         self.reset = reset;
         self
@@ -127,7 +149,30 @@ impl Decision {
         match self.left {
             Left::Bucket { interval: 0, .. } => u64::MAX,
             Left::Bucket { interval, debt } => self.window.saturating_sub(debt) / interval,
-            Left::Counted { remaining, .. } => remaining,
+            Left::Counted { remaining, .. } | Left::Refill { remaining, .. } => remaining,
+        }
+    }
+
+    /// For a caller-defined bucket (smyte's `RL.*` semantics,
+    /// [`Limits::take_from`](crate::Limits::take_from)): the tokens it held when the request
+    /// arrived, before any were taken — what `RL.REDUCE` replies. `None` for rule buckets.
+    pub fn available_before(&self) -> Option<u64> {
+        match self.left {
+            Left::Refill { available, .. } => Some(available),
+            _ => None,
+        }
+    }
+
+    /// For a caller-defined bucket taken from as a session
+    /// ([`TakeOptions::session`](crate::TakeOptions::session), `RL.SESSIONIZE`): when the
+    /// session this request belongs to started — this request's own time if it found the
+    /// tokens it asked for, else the time of the last one that did. `None` otherwise.
+    pub fn session_started_at(&self) -> Option<crate::clock::Timestamp> {
+        match self.left {
+            Left::Refill { session, .. } if session != u64::MAX => {
+                Some(crate::clock::Timestamp::from_unix_nanos(session))
+            }
+            _ => None,
         }
     }
 
@@ -210,7 +255,7 @@ impl Decision {
 
     fn next_token_nanos(&self) -> u64 {
         let (interval, debt) = match self.left {
-            Left::Counted { next, .. } => return next,
+            Left::Counted { next, .. } | Left::Refill { next, .. } => return next,
             Left::Bucket { interval, debt } => (interval, debt),
         };
         let capacity = self.window;

@@ -24,6 +24,6 @@ pub use algorithm::Algorithm;
 pub use decision::Decision;
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
-pub use limits::{Limits, LimitsBuilder, RequestCost};
+pub use limits::{CallerBucket, Limits, LimitsBuilder, RequestCost, TakeOptions};
 pub use quota::Quota;
 pub use service::RateLimit;

@@ -2,10 +2,13 @@
 //!
 //! - [`gcra`]: the token bucket (the default).
 //! - [`window`]: the sliding- and fixed-window counters.
+//! - [`discrete`]: smyte/ratelimit's bucket, refilled in whole steps at whole intervals,
+//!   for the caller-defined buckets of the Redis-protocol front end (`RL.*`).
 //!
 //! Nothing here knows about rules, stores or requests: an engine is given the quotas, the
 //! state words, the cost, the [`CheckMode`] and the time, and returns a [`Decision`].
 
+pub(crate) mod discrete;
 pub(crate) mod gcra;
 pub(crate) mod window;
 
@@ -31,6 +34,11 @@ pub enum Algorithm {
     SlidingWindow,
     /// A counter reset at every period boundary.
     FixedWindow,
+    /// smyte/ratelimit's bucket: `refill` tokens added at once every `period`, at most
+    /// `burst`. Only for caller-defined buckets ([`Limits::take_from`](crate::Limits::take_from),
+    /// the `RL.*` commands); a rule cannot choose it.
+    #[serde(skip)]
+    DiscreteRefill,
 }
 
 impl std::fmt::Display for Algorithm {
@@ -39,6 +47,7 @@ impl std::fmt::Display for Algorithm {
             Algorithm::Gcra => "gcra",
             Algorithm::SlidingWindow => "sliding-window",
             Algorithm::FixedWindow => "fixed-window",
+            Algorithm::DiscreteRefill => "discrete-refill",
         })
     }
 }
@@ -55,13 +64,17 @@ pub enum CheckMode {
     /// response is one that counts). The bucket owes the difference and refuses until it
     /// has refilled it.
     Charge,
+    /// As `Consume`, for a caller-defined bucket taken from as a session (smyte's
+    /// `RL.SESSIONIZE`): the bucket also remembers when the current session started.
+    /// The rule algorithms treat it as `Consume`.
+    Session,
 }
 
 impl CheckMode {
     /// Whether a check in this mode takes its tokens, given whether every quota admits it.
     pub(crate) fn takes(self, admitted: bool) -> bool {
         match self {
-            CheckMode::Consume => admitted,
+            CheckMode::Consume | CheckMode::Session => admitted,
             CheckMode::Charge => true,
             CheckMode::Peek => false,
         }

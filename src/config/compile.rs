@@ -128,7 +128,8 @@ impl RuleSet {
                 .filter(|old| old.limit().bucket_kind() == limit.bucket_kind())
                 .map(Rule::id);
             let id = inherited.unwrap_or_else(|| {
-                let id = RuleId::new(next_id);
+                // Ids stop short of the one reserved for caller-defined buckets.
+                let id = RuleId::new(next_id.min(RuleId::CALLER_DEFINED.get() - 1));
                 next_id = next_id.saturating_add(1);
                 id
             });

@@ -21,6 +21,10 @@ use super::raw::Per;
 pub struct RuleId(u32);
 
 impl RuleId {
+    /// The buckets callers define with their own numbers rather than a rule's (smyte's
+    /// `RL.*` commands, [`Limits::take_from`](crate::Limits::take_from)): no rule has this id.
+    pub const CALLER_DEFINED: RuleId = RuleId(u32::MAX);
+
     /// The rule id `id`.
     pub const fn new(id: u32) -> RuleId {
         RuleId(id)

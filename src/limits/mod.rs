@@ -24,6 +24,7 @@
 //! ```
 
 mod builder;
+mod caller;
 mod decide;
 mod live;
 mod maintenance;
@@ -33,6 +34,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 pub use builder::LimitsBuilder;
+pub use caller::{CallerBucket, TakeOptions};
 pub use decide::RequestCost;
 pub(crate) use decide::{Charge, Plan};
 

@@ -60,6 +60,22 @@ impl Quota {
         })
     }
 
+    /// A caller-defined bucket's numbers (`RL.*`): `refill` tokens every `every`, at most
+    /// `max`. Made on the request path from a caller's arguments, so it names no interval
+    /// (see [`IntervalId`]) and its figures saturate rather than fail.
+    pub(crate) fn discrete(max: NonZeroU32, refill: NonZeroU32, every: Duration) -> Quota {
+        let period = duration_nanos(every).max(1);
+        let interval = (period / u64::from(refill.get())).max(1);
+        Quota {
+            rate: Rate::unchecked(refill, every),
+            burst: max,
+            interval,
+            capacity: interval.saturating_mul(u64::from(max.get())),
+            period,
+            interval_id: None,
+        }
+    }
+
     /// The rate as configured.
     pub fn rate(&self) -> Rate {
         self.rate

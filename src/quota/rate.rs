@@ -84,6 +84,12 @@ impl Rate {
         Some(Rate { count, period })
     }
 
+    /// `count` per `period` without the checks of [`Rate::new`], for numbers that only
+    /// describe a caller-defined bucket.
+    pub(crate) const fn unchecked(count: NonZeroU32, period: Duration) -> Rate {
+        Rate { count, period }
+    }
+
     /// Events per period.
     pub fn count(&self) -> u32 {
         self.count.get()

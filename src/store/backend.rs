@@ -4,6 +4,10 @@
 //! code, decides where buckets live. The backend is chosen when the limiter is built
 //! (the first rule set configures it); a reload that names another backend is logged and
 //! applies at the next restart, since switching would silently reset every budget.
+//!
+//! Caller-defined buckets (`RL.*`, [`Limits::take_from`](crate::Limits::take_from)) always
+//! live in this instance's memory, even with Redis: their discrete-refill arithmetic is not
+//! in the Redis script, so with several instances each keeps its own.
 
 use std::future::{Future, Ready, ready};
 use std::pin::Pin;
@@ -91,7 +95,9 @@ impl Store for BackendStore {
 
     fn check(&self, request: CheckRequest<'_>) -> BackendFuture {
         #[cfg(feature = "redis")]
-        if let Some(redis) = self.redis.get() {
+        if let Some(redis) = self.redis.get()
+            && request.bucket.rule != RuleId::CALLER_DEFINED
+        {
             return BackendFuture::Redis(redis.check(request));
         }
         BackendFuture::Memory(ready(Ok(self.memory.decide(request))))
@@ -134,26 +140,21 @@ impl Store for BackendStore {
     }
 
     fn sweep(&self, now: Timestamp) -> usize {
+        let swept = self.memory.sweep(now);
         #[cfg(feature = "redis")]
         if let Some(redis) = self.redis.get() {
-            return redis.sweep(now);
+            return swept + redis.sweep(now);
         }
-        self.memory.sweep(now)
+        swept
     }
 
+    // With Redis, the rules' buckets are Redis's to keep; what memory holds then is the
+    // caller-defined buckets, and those are saved and restored as without Redis.
     fn save_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
-        #[cfg(feature = "redis")]
-        if self.redis.get().is_some() {
-            return Ok(0); // Redis keeps the shared state; its persistence is its own.
-        }
         self.memory.save_snapshot(rules, now)
     }
 
     fn restore_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
-        #[cfg(feature = "redis")]
-        if self.redis.get().is_some() {
-            return Ok(0);
-        }
         self.memory.restore_snapshot(rules, now)
     }
 
@@ -167,7 +168,9 @@ impl Store for BackendStore {
 
     fn remove(&self, bucket: BucketRef<'_>) -> AdminFuture<bool> {
         #[cfg(feature = "redis")]
-        if let Some(redis) = self.redis.get() {
+        if let Some(redis) = self.redis.get()
+            && bucket.rule != RuleId::CALLER_DEFINED
+        {
             return redis.remove(bucket);
         }
         self.memory.remove(bucket)

@@ -9,6 +9,13 @@ use std::sync::Arc;
 use crate::clock::Timestamp;
 use crate::config::RuleSet;
 
+/// How the listing names caller-defined buckets (`RL.*`, [`Limits::take_from`](crate::Limits::take_from)):
+/// this prefix, then `max:refill:interval_ms:key`. No rule bucket's key starts with `/`.
+pub const CALLER_DEFINED_PREFIX: &str = "/rl/";
+
+/// The rule column of a caller-defined bucket's row.
+pub const CALLER_DEFINED_RULE: &str = "RL.*";
+
 /// Which buckets to list, and how.
 #[derive(Clone, Debug)]
 #[non_exhaustive]

@@ -42,7 +42,7 @@ use std::pin::Pin;
 
 pub use backend::{BackendFuture, BackendStore};
 pub(crate) use inspect::TopRows;
-pub use inspect::{BucketQuery, BucketRow, BucketSort};
+pub use inspect::{BucketQuery, BucketRow, BucketSort, CALLER_DEFINED_PREFIX, CALLER_DEFINED_RULE};
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use redis::{RedisFuture, RedisStore};

@@ -15,7 +15,9 @@
 //! ```
 //!
 //! Rule keys are percent-encoded (the root rule is `%2F`); the client is `ip:<address>`,
-//! `key:<percent-encoded>`, `unknown` or `global`; the layout is `one` (one GCRA quota:
+//! `key:<percent-encoded>`, `unknown` or `global`; the layout is `discrete` for a
+//! caller-defined `RL.*` bucket (six words; its rule key is `/rl`, which no rule can have),
+//! or `one` (one GCRA quota:
 //! TAT, interval) or `many` (three runs of words, as the store keeps them). Files are
 //! written to a temporary name, synced and renamed into place, so a crash leaves the old
 //! snapshot or the new one, never half of one. A file that is missing, truncated, of
@@ -69,9 +71,38 @@ pub(crate) struct Record {
     pub(crate) rule: String,
     /// `None` for a global bucket.
     pub(crate) client: Option<Client<'static>>,
-    /// `true`: `[tat, interval]`; `false`: three runs of `n` words.
-    pub(crate) one: bool,
+    pub(crate) layout: Layout,
     pub(crate) words: Vec<u64>,
+}
+
+/// How a bucket's words are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// `one`: one GCRA quota, `[tat, interval]`.
+    One,
+    /// `many`: three runs of `n` words, as the store keeps them.
+    Many,
+    /// `discrete`: a caller-defined (`RL.*`) bucket: tokens, refill mark, session start,
+    /// max, refill, interval.
+    Discrete,
+}
+
+impl Layout {
+    fn name(self) -> &'static str {
+        match self {
+            Layout::One => "one",
+            Layout::Many => "many",
+            Layout::Discrete => "discrete",
+        }
+    }
+
+    fn fits(self, words: &[u64]) -> bool {
+        match self {
+            Layout::One => words.len() == 2,
+            Layout::Many => !words.is_empty() && words.len().is_multiple_of(3),
+            Layout::Discrete => words.len() == 6,
+        }
+    }
 }
 
 /// Writes `records` to `path` atomically (temporary file, sync, rename).
@@ -99,7 +130,7 @@ pub(crate) fn write(path: &Path, now: Timestamp, records: &[Record]) -> Result<(
             Some(Client::Key(key)) => format!("key:{}", utf8_percent_encode(key, FIELD)),
             Some(_) => "unknown".to_owned(),
         };
-        let layout = if record.one { "one" } else { "many" };
+        let layout = record.layout.name();
         let _ = write!(text, "{rule} {client} {layout}");
         for word in &record.words {
             let _ = write!(text, " {word}");
@@ -177,21 +208,17 @@ fn parse_record(line: &str) -> Option<Record> {
             }
         }
     };
-    let one = match fields.next()? {
-        "one" => true,
-        "many" => false,
+    let layout = match fields.next()? {
+        "one" => Layout::One,
+        "many" => Layout::Many,
+        "discrete" => Layout::Discrete,
         _ => return None,
     };
     let words: Vec<u64> = fields.map(|w| w.parse().ok()).collect::<Option<_>>()?;
-    let shape_ok = if one {
-        words.len() == 2
-    } else {
-        !words.is_empty() && words.len().is_multiple_of(3)
-    };
-    shape_ok.then_some(Record {
+    layout.fits(&words).then_some(Record {
         rule,
         client,
-        one,
+        layout,
         words,
     })
 }
@@ -205,26 +232,32 @@ mod tests {
             Record {
                 rule: "".into(),
                 client: Some(Client::Ip("192.0.2.1".parse().unwrap())),
-                one: true,
+                layout: Layout::One,
                 words: vec![5, 6],
             },
             Record {
                 rule: "api/a b".into(),
                 client: Some(Client::Key("k/1%".to_owned().into())),
-                one: false,
+                layout: Layout::Many,
                 words: vec![1, 2, 3],
             },
             Record {
                 rule: "export".into(),
                 client: None,
-                one: true,
+                layout: Layout::One,
                 words: vec![7, 8],
             },
             Record {
                 rule: "x".into(),
                 client: Some(Client::Unknown),
-                one: true,
+                layout: Layout::One,
                 words: vec![9, 10],
+            },
+            Record {
+                rule: "/rl".into(),
+                client: Some(Client::Key("2:2:60000:TwoPerMin".to_owned().into())),
+                layout: Layout::Discrete,
+                words: vec![1, 2, 3, 2, 2, 60_000_000_000],
             },
         ]
     }
@@ -250,7 +283,7 @@ mod tests {
                 "truncated",
             ),
             (whole[..whole.len() / 2].to_owned(), "malformed"),
-            (whole.replace("end 4", "end 3"), "does not match"),
+            (whole.replace("end 5", "end 4"), "does not match"),
             (whole.replace(" 1 42 ", " 2 42 "), "version 2"),
             (
                 whole.replace("ip:192.0.2.1", "ip:nonsense"),

@@ -2,13 +2,19 @@
 //! rules, filtered, sorted and bounded as asked.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 
 use super::MemoryStore;
 use super::tables::SEEN_SHIFT;
+use crate::algorithm::Algorithm;
 use crate::clock::Timestamp;
 use crate::config::{Limit, Rule, RuleId};
 use crate::key::Client;
-use crate::store::{BucketQuery, BucketRow, CheckMode, CheckRequest, TopRows};
+use crate::quota::Quota;
+use crate::store::{
+    BucketQuery, BucketRow, CALLER_DEFINED_PREFIX, CALLER_DEFINED_RULE, CheckMode, CheckRequest,
+    TopRows,
+};
 
 impl MemoryStore {
     /// The buckets `query` asks for; what [`Store::buckets`](crate::store::Store::buckets) returns, synchronously.
@@ -24,24 +30,36 @@ impl MemoryStore {
         let mut key = String::new();
         for shard in &self.shards {
             shard.0.lock().for_each(|entry| {
-                let Some(rule) = rules.get(&entry.rule) else {
-                    return; // a rule being removed
-                };
-                let Limit::Limited {
-                    quotas, algorithm, ..
-                } = rule.limit()
-                else {
-                    return;
-                };
                 key.clear();
-                rule.write_bucket_key(&mut key, entry.client.as_ref().unwrap_or(&Client::Unknown));
+                let client = entry.client.as_ref().unwrap_or(&Client::Unknown);
+                let (name, quotas, algorithm): (&str, &[Quota], Algorithm) =
+                    if entry.rule == RuleId::CALLER_DEFINED {
+                        // Its numbers are in its state; the peek reads them from there.
+                        let _ = write!(key, "{CALLER_DEFINED_PREFIX}{client}");
+                        (CALLER_DEFINED_RULE, &[], Algorithm::DiscreteRefill)
+                    } else {
+                        let Some(rule) = rules.get(&entry.rule) else {
+                            return; // a rule being removed
+                        };
+                        let Limit::Limited {
+                            quotas, algorithm, ..
+                        } = rule.limit()
+                        else {
+                            return;
+                        };
+                        rule.write_bucket_key(&mut key, client);
+                        (rule.name(), quotas, *algorithm)
+                    };
                 if !key.starts_with(query.prefix.as_str()) {
                     return;
                 }
-                let mut state = if entry.state.fits(*algorithm, quotas) {
+                // A caller-defined bucket's numbers are in its state: it always fits.
+                let fits =
+                    entry.rule == RuleId::CALLER_DEFINED || entry.state.fits(algorithm, quotas);
+                let mut state = if fits {
                     entry.state.clone()
                 } else {
-                    entry.state.carried_over(*algorithm, quotas, now)
+                    entry.state.carried_over(algorithm, quotas, now)
                 };
                 let peek = CheckRequest {
                     bucket: entry.bucket(),
@@ -49,7 +67,7 @@ impl MemoryStore {
                     cost: 1,
                     now: query.now,
                     mode: CheckMode::Peek,
-                    algorithm: *algorithm,
+                    algorithm,
                     strict: false,
                 };
                 let decision = state.decide(&peek, now);
@@ -60,7 +78,7 @@ impl MemoryStore {
                 }
                 top.offer(BucketRow {
                     key: key.clone(),
-                    rule: rule.name().to_owned(),
+                    rule: name.to_owned(),
                     remaining: decision.remaining(),
                     capacity,
                     fraction,

@@ -187,6 +187,11 @@ impl MemoryStore {
         let keep = |decision: &Decision| {
             request.mode.takes(decision.allowed())
                 || (request.strict && request.mode != CheckMode::Peek)
+                // smyte's buckets are written by every request that asks for tokens: one
+                // that asks for more than there are still empties the bucket.
+                || (request.algorithm == Algorithm::DiscreteRefill
+                    && request.mode != CheckMode::Peek
+                    && request.cost > 0)
         };
         if let (Some(ip), Some(interval)) = (ip, compact_interval) {
             let mut tat = [0];
@@ -202,7 +207,7 @@ impl MemoryStore {
             }
             return decision;
         }
-        let mut state = State::fresh(request.algorithm, request.quotas);
+        let mut state = State::fresh(request.algorithm, request.quotas, now);
         let decision = state.decide(&request, now);
         if keep(&decision) {
             let entry = Entry {

@@ -11,7 +11,11 @@ use crate::clock::Timestamp;
 use crate::config::{Limit, Per, RuleId, RuleSet};
 use crate::quota::IntervalId;
 use crate::store::SnapshotError;
-use crate::store::snapshot::{self, Record};
+use crate::store::snapshot::{self, Layout, Record};
+
+/// The rule key a snapshot files caller-defined (`RL.*`) buckets under: no rule's
+/// normalised key starts with `/`.
+pub(super) const CALLER_DEFINED_KEY: &str = "/rl";
 
 impl MemoryStore {
     /// Writes every bucket to `[store] snapshot`, if set; how many were written.
@@ -42,17 +46,20 @@ impl MemoryStore {
         let mut records = Vec::new();
         for shard in &self.shards {
             shard.0.lock().for_each(|entry| {
-                let Some(rule) = keys.get(&entry.rule) else {
-                    return;
+                let rule = match keys.get(&entry.rule) {
+                    Some(rule) => *rule,
+                    None if entry.rule == RuleId::CALLER_DEFINED => CALLER_DEFINED_KEY,
+                    None => return,
                 };
-                let (one, words) = match &entry.state {
-                    State::One { tat, interval } => (true, vec![tat[0], *interval]),
-                    State::Many(words) => (false, words.to_vec()),
+                let (layout, words) = match &entry.state {
+                    State::One { tat, interval } => (Layout::One, vec![tat[0], *interval]),
+                    State::Many(words) => (Layout::Many, words.to_vec()),
+                    State::Discrete(words) => (Layout::Discrete, words.to_vec()),
                 };
                 records.push(Record {
-                    rule: (*rule).to_owned(),
+                    rule: rule.to_owned(),
                     client: entry.client.clone(),
-                    one,
+                    layout,
                     words,
                 });
             });
@@ -65,29 +72,11 @@ impl MemoryStore {
     fn import(&self, rules: &RuleSet, records: Vec<Record>, now: u64) -> usize {
         let mut restored = 0;
         for record in records {
-            let Some(rule) = rules.get(&record.rule) else {
+            let Some((id, state)) = restored_state(rules, record.rule.as_str(), &record) else {
                 continue;
-            };
-            let global = matches!(
-                rule.limit(),
-                Limit::Limited {
-                    per: Per::Global,
-                    ..
-                }
-            );
-            if !matches!(rule.limit(), Limit::Limited { .. }) || global != record.client.is_none() {
-                continue;
-            }
-            let state = if record.one {
-                State::One {
-                    tat: [record.words[0]],
-                    interval: record.words[1],
-                }
-            } else {
-                State::Many(record.words.into_boxed_slice())
             };
             let entry = Entry {
-                rule: rule.id(),
+                rule: id,
                 last_seen: seen_stamp(now),
                 client: record.client,
                 state,
@@ -122,4 +111,35 @@ impl MemoryStore {
         }
         restored
     }
+}
+
+/// The id and state a snapshot record takes under today's rules, if it still fits them: its
+/// rule exists and keeps the same kind of bucket — or it is a caller-defined bucket.
+fn restored_state(rules: &RuleSet, key: &str, record: &Record) -> Option<(RuleId, State)> {
+    let words = &record.words;
+    if key == CALLER_DEFINED_KEY {
+        let words: [u64; 6] = words.as_slice().try_into().ok()?;
+        return (record.layout == Layout::Discrete && record.client.is_some())
+            .then(|| (RuleId::CALLER_DEFINED, State::Discrete(Box::new(words))));
+    }
+    let rule = rules.get(key)?;
+    let global = matches!(
+        rule.limit(),
+        Limit::Limited {
+            per: Per::Global,
+            ..
+        }
+    );
+    if !matches!(rule.limit(), Limit::Limited { .. }) || global != record.client.is_none() {
+        return None;
+    }
+    let state = match record.layout {
+        Layout::One => State::One {
+            tat: [*words.first()?],
+            interval: *words.get(1)?,
+        },
+        Layout::Many => State::Many(words.clone().into_boxed_slice()),
+        Layout::Discrete => return None,
+    };
+    Some((rule.id(), state))
 }

@@ -6,7 +6,7 @@
 //! has refilled can be read without the rules (what lossless sweeping needs).
 
 use crate::Quota;
-use crate::algorithm::{Algorithm, gcra, window};
+use crate::algorithm::{Algorithm, discrete, gcra, window};
 use crate::decision::Decision;
 use crate::store::CheckRequest;
 
@@ -17,10 +17,14 @@ use crate::store::CheckRequest;
 /// - `Many`: `n` quotas of any algorithm as three runs of `n` words: `a` (GCRA: TAT;
 ///   windows: window start), `b` (windows: previous count << 32 | current count), and the
 ///   tag (GCRA: interval; windows: period with a kind bit).
+/// - `Discrete`: a caller-defined bucket (`RL.*`): the engine's three words (tokens,
+///   refill mark, session start), then its numbers (max, refill, interval). Boxed, so the
+///   other layouts do not grow.
 #[derive(Clone)]
 pub(super) enum State {
     One { tat: [u64; 1], interval: u64 },
     Many(Box<[u64]>),
+    Discrete(Box<[u64; 6]>),
 }
 
 pub(super) const SLIDING_BIT: u64 = 1 << 63;
@@ -28,10 +32,28 @@ pub(super) const FIXED_BIT: u64 = 1 << 62;
 
 fn tag(algorithm: Algorithm, quota: &Quota) -> u64 {
     match algorithm {
-        Algorithm::Gcra => quota.interval_nanos(),
         Algorithm::SlidingWindow => quota.period_nanos() | SLIDING_BIT,
         Algorithm::FixedWindow => quota.period_nanos() | FIXED_BIT,
+        // A discrete bucket keeps its numbers in its own layout; the tag is unused.
+        Algorithm::Gcra | Algorithm::DiscreteRefill => quota.interval_nanos(),
     }
+}
+
+/// A caller-defined bucket's numbers, as its one quota carries them: `refill` per
+/// `every`, at most `burst`.
+pub(super) fn discrete_params(quotas: &[Quota]) -> discrete::Params {
+    quotas.first().map_or(
+        discrete::Params {
+            max: 0,
+            refill: 1,
+            every: 1,
+        },
+        |quota| discrete::Params {
+            max: u64::from(quota.burst()),
+            refill: u64::from(quota.rate().count()),
+            every: quota.period_nanos(),
+        },
+    )
 }
 
 fn unpack(start: u64, counts: u64) -> window::Counter {
@@ -48,8 +70,20 @@ fn pack(counter: &window::Counter) -> u64 {
 }
 
 impl State {
-    pub(super) fn fresh(algorithm: Algorithm, quotas: &[Quota]) -> State {
+    pub(super) fn fresh(algorithm: Algorithm, quotas: &[Quota], now: u64) -> State {
         match (algorithm, quotas) {
+            (Algorithm::DiscreteRefill, _) => {
+                let params = discrete_params(quotas);
+                let [amount, mark, session] = discrete::fresh(&params, now);
+                State::Discrete(Box::new([
+                    amount,
+                    mark,
+                    session,
+                    params.max,
+                    params.refill,
+                    params.every,
+                ]))
+            }
             (Algorithm::Gcra, [quota]) => State::One {
                 tat: [0],
                 interval: quota.interval_nanos(),
@@ -67,6 +101,11 @@ impl State {
 
     /// Time until this bucket has refilled completely (0: it is as good as new).
     pub(super) fn refills_in(&self, now: u64) -> u64 {
+        if let State::Discrete(words) = self {
+            let [amount, mark, session, max, refill, every] = **words;
+            let params = discrete::Params { max, refill, every };
+            return discrete::refills_in(&[amount, mark, session], &params, now);
+        }
         let (a, b, tags) = self.runs();
         a.iter()
             .zip(b)
@@ -102,6 +141,7 @@ impl State {
                 let n = words.len() / 3;
                 &mut words[..n]
             }
+            State::Discrete(_) => &mut [],
         }
     }
 
@@ -114,6 +154,7 @@ impl State {
                 let n = words.len() / 3;
                 (&words[..n], &words[n..2 * n], &words[2 * n..])
             }
+            State::Discrete(_) => (&[], &[], &[]),
         }
     }
 
@@ -123,6 +164,14 @@ impl State {
 
     /// Whether this state was measured by exactly `algorithm` over `quotas`.
     pub(super) fn fits(&self, algorithm: Algorithm, quotas: &[Quota]) -> bool {
+        if let State::Discrete(words) = self {
+            let params = discrete_params(quotas);
+            return algorithm == Algorithm::DiscreteRefill
+                && words[3..] == [params.max, params.refill, params.every];
+        }
+        if algorithm == Algorithm::DiscreteRefill {
+            return false;
+        }
         let tags = self.tags();
         tags.len() == quotas.len()
             && tags
@@ -166,7 +215,11 @@ impl State {
     /// changed them): units used stay used. A GCRA bucket whose rates changed keeps the
     /// exact integer arithmetic of [`gcra::carry_over`].
     pub(super) fn carried_over(&self, algorithm: Algorithm, quotas: &[Quota], now: u64) -> State {
-        let mut next = State::fresh(algorithm, quotas);
+        let mut next = State::fresh(algorithm, quotas, now);
+        // A caller-defined bucket's numbers are part of its name: it never meets others.
+        if algorithm == Algorithm::DiscreteRefill || matches!(self, State::Discrete(_)) {
+            return next;
+        }
         let all_gcra = self
             .tags()
             .iter()
@@ -195,6 +248,7 @@ impl State {
                     words[index] =
                         now.saturating_add((units * quota.interval_nanos() as f64) as u64);
                 }
+                (State::Discrete(_), _) => {}
                 (State::Many(words), _) => {
                     let period = quota.period_nanos();
                     let counter = window::Counter {
@@ -215,6 +269,24 @@ impl State {
         let quotas = request.quotas;
         match request.algorithm {
             Algorithm::Gcra => decide_gcra(self.tats(), request, now),
+            Algorithm::DiscreteRefill => {
+                let State::Discrete(words) = self else {
+                    return Decision::unlimited();
+                };
+                let [amount, mark, session, max, refill, every] = **words;
+                let mut state = [amount, mark, session];
+                let params = discrete::Params { max, refill, every };
+                let decision = discrete::decide(
+                    &mut state,
+                    &params,
+                    request.cost,
+                    now,
+                    request.mode,
+                    request.strict,
+                );
+                words[..3].copy_from_slice(&state);
+                decision
+            }
             algorithm => {
                 let kind = if algorithm == Algorithm::FixedWindow {
                     window::Kind::Fixed

@@ -264,6 +264,11 @@ impl Store for RedisStore {
     type Future = RedisFuture;
 
     fn check(&self, request: CheckRequest<'_>) -> RedisFuture {
+        // Caller-defined buckets' arithmetic is not in the script: they stay local.
+        if request.bucket.rule == RuleId::CALLER_DEFINED {
+            let decision = self.inner.local.decide(request);
+            return Box::pin(std::future::ready(Ok(decision)));
+        }
         let inner = Arc::clone(&self.inner);
         let settings = inner.settings.load_full();
         let owned = OwnedRequest::new(&request);

@@ -33,7 +33,7 @@ pub(super) fn script_args(
     args.push(now.map_or_else(String::new, |t| (t.as_unix_nanos() / 1_000).to_string()));
     args.push(
         match mode {
-            CheckMode::Consume => "c",
+            CheckMode::Consume | CheckMode::Session => "c",
             CheckMode::Peek => "p",
             CheckMode::Charge => "g",
         }
@@ -43,7 +43,9 @@ pub(super) fn script_args(
     args.push(if strict { "1" } else { "0" }.to_owned());
     args.push(
         match algorithm {
-            Algorithm::Gcra => "g",
+            // Caller-defined (discrete-refill) buckets never reach Redis: RedisStore::check
+            // keeps them in its local store. Were one sent, it would be a GCRA bucket.
+            Algorithm::Gcra | Algorithm::DiscreteRefill => "g",
             Algorithm::SlidingWindow => "s",
             Algorithm::FixedWindow => "f",
         }
@@ -52,7 +54,7 @@ pub(super) fn script_args(
     args.push(quotas.len().to_string());
     for quota in quotas {
         match algorithm {
-            Algorithm::Gcra => {
+            Algorithm::Gcra | Algorithm::DiscreteRefill => {
                 args.push(micros(quota.interval_nanos()));
                 args.push(micros(quota.capacity_nanos()));
                 args.push(quota.burst().to_string());
@@ -85,7 +87,7 @@ pub(super) fn decision_from(
     for (index, (quota, figures)) in quotas.iter().zip(reply[2..].chunks_exact(3)).enumerate() {
         let index = u32::try_from(index).unwrap_or(u32::MAX);
         let candidate = match algorithm {
-            Algorithm::Gcra => Decision::bucket(
+            Algorithm::Gcra | Algorithm::DiscreteRefill => Decision::bucket(
                 allowed,
                 index,
                 u64::from(quota.burst()),
