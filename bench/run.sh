@@ -2,7 +2,7 @@
 # Every benchmark in one go, release builds, results under bench/results/<date>/.
 #
 #   bash bench/run.sh                 # all suites
-#   bash bench/run.sh memory redis    # only some: criterion memory redis reload axum gateway config
+#   bash bench/run.sh memory redis    # only some: criterion memory redis reload axum gateway config resp
 #
 # Each suite measures its baselines in the same run (governor, redis-benchmark, nginx), so
 # read ratios, not absolute figures: this shared 2-core machine drifts by tens of percent.
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 suites=("$@")
-[ "${#suites[@]}" -gt 0 ] || suites=(criterion memory redis reload axum gateway config)
+[ "${#suites[@]}" -gt 0 ] || suites=(criterion memory redis reload axum gateway config resp)
 out="bench/results/$(date -u +%F-%H%M)"
 mkdir -p "$out"
 
@@ -49,7 +49,13 @@ for suite in "${suites[@]}"; do
       else
         echo "skipped: needs python3 and curl"
       fi ;;
-    *) echo "unknown suite $suite (criterion memory redis reload axum gateway config)" >&2; exit 2 ;;
+    resp)
+      if have redis-server && have redis-benchmark; then
+        bash bench/resp.sh 2>&1 | tee "$out/resp.txt"
+      else
+        echo "skipped: needs redis-server and redis-benchmark (apt-get install -y redis-server)"
+      fi ;;
+    *) echo "unknown suite $suite (criterion memory redis reload axum gateway config resp)" >&2; exit 2 ;;
   esac
 done
 echo "== results in $out"

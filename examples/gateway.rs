@@ -40,6 +40,10 @@ struct Flags {
     /// Where the admin listener listens [default: [gateway] admin, else 127.0.0.1:9090].
     #[arg(long, value_name = "ADDR")]
     admin: Option<SocketAddr>,
+    /// Also serve the Redis protocol (smyte's RL.* and tollgate's TG.* commands) on ADDR
+    /// [default: [gateway] resp, else off; without ADDR: 127.0.0.1:9049].
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9049")]
+    resp: Option<SocketAddr>,
     /// How long to wait for the upstream's response headers, e.g. 30s.
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     upstream_timeout: Option<Duration>,
@@ -93,6 +97,7 @@ async fn main() -> ExitCode {
     options.listen = flags.listen;
     options.upstream = flags.upstream;
     options.admin = flags.admin;
+    options.resp = flags.resp;
     options.upstream_timeout = flags.upstream_timeout;
     options.shutdown_grace = flags.shutdown_grace;
     options.header_read_timeout = flags.header_read_timeout;
@@ -115,6 +120,12 @@ async fn main() -> ExitCode {
         gateway.upstream(),
         gateway.admin_addr()
     );
+    if let Some(resp) = gateway.resp_addr() {
+        eprintln!(
+            "gateway: Redis protocol on {resp} (redis-cli -p {})",
+            resp.port()
+        );
+    }
     gateway.run_until(shutdown_signal()).await;
     ExitCode::SUCCESS
 }

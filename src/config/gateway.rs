@@ -7,6 +7,7 @@ use toml::Spanned;
 
 use super::error::Diagnostic;
 use super::raw::RawGateway;
+use super::reload::is_env_name;
 use super::source::SourceText;
 use crate::quota::parse_duration;
 
@@ -25,6 +26,11 @@ pub struct GatewaySettings {
     pub upstream_timeout: Option<Duration>,
     /// `admin_token`: a bearer token the admin listener requires.
     pub admin_token: Option<String>,
+    /// `resp`: the Redis-protocol front end's address (off unless given).
+    pub resp: Option<SocketAddr>,
+    /// `resp_password_env`: the environment variable holding the password the
+    /// Redis-protocol front end asks for (`AUTH`); none: no password.
+    pub resp_password_env: Option<String>,
 }
 
 impl GatewaySettings {
@@ -52,6 +58,21 @@ impl GatewaySettings {
             };
         address(&gateway.listen, "listen", &mut self.listen);
         address(&gateway.admin, "admin", &mut self.admin);
+        address(&gateway.resp, "resp", &mut self.resp);
+        if let Some(name) = &gateway.resp_password_env {
+            if is_env_name(name.get_ref()) {
+                self.resp_password_env = Some(name.get_ref().clone());
+            } else {
+                diagnostics.push(source.at(
+                    name.span(),
+                    format!(
+                        "resp_password_env names the environment variable holding the password \
+                         (like \"TOLLGATE_RESP_PASSWORD\"), found \"{}\"; secrets never go in config files",
+                        name.get_ref()
+                    ),
+                ));
+            }
+        }
         if let Some(text) = &gateway.upstream {
             match parse_upstream(text.get_ref()) {
                 Ok(uri) => self.upstream = Some(uri),

@@ -72,6 +72,8 @@ pub(crate) struct RawGateway {
     pub(crate) admin: Option<Spanned<String>>,
     pub(crate) upstream_timeout: Option<Spanned<String>>,
     pub(crate) admin_token: Option<Spanned<String>>,
+    pub(crate) resp: Option<Spanned<String>>,
+    pub(crate) resp_password_env: Option<Spanned<String>>,
 }
 
 /// `[key]`

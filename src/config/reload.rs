@@ -127,16 +127,7 @@ impl ReloadSettings {
                     ));
                     continue;
                 };
-                let valid_env = env
-                    .get_ref()
-                    .chars()
-                    .next()
-                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                    && env
-                        .get_ref()
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_');
-                if !valid_env {
+                if !is_env_name(env.get_ref()) {
                     out.push(source.at(
                         env.span(),
                         format!(
@@ -159,6 +150,15 @@ impl ReloadSettings {
             }
         }
     }
+}
+
+/// Whether `text` can name an environment variable: a letter or `_`, then letters, digits
+/// and `_`.
+pub(super) fn is_env_name(text: &str) -> bool {
+    text.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl Default for ReloadSettings {

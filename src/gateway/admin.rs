@@ -31,12 +31,15 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::config::{Per, RuleSet, Validator};
+use crate::config::{Per, RuleId, RuleSet, Validator};
 use crate::key::{Client, normalize_route};
 use crate::reload::SourceStatus;
-use crate::store::{BackendStore, BucketQuery, BucketRef, BucketSort, Store};
+use crate::store::{
+    BackendStore, BucketQuery, BucketRef, BucketSort, CALLER_DEFINED_PREFIX, Store, StoreError,
+};
 use crate::{Limits, Quota};
 
+use super::credentials::constant_time_eq;
 use super::options::DEFAULT_HEADER_READ_TIMEOUT;
 use super::server::{json_error, serve_http};
 
@@ -168,11 +171,6 @@ async fn require_token<St>(
         );
         response
     }
-}
-
-/// Compares without leaking, through timing, how much of the token was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn unix_seconds(time: SystemTime) -> f64 {
@@ -309,6 +307,15 @@ async fn forgive(
         .rules()
         .iter()
         .find(|r| r.name() == key && r.per() == Some(Per::Global));
+    if let Some(client) = key.strip_prefix(CALLER_DEFINED_PREFIX) {
+        let client = Client::Key(client.into());
+        let bucket = BucketRef {
+            rule: RuleId::CALLER_DEFINED,
+            client: Some(&client),
+        };
+        let removed = state.limits.store().remove(bucket).await;
+        return forgiven(&key, removed);
+    }
     let (rule, client) = match global {
         Some(rule) => (rule, None),
         None => {
@@ -324,6 +331,11 @@ async fn forgive(
         client: client.as_ref(),
     };
     let removed = state.limits.store().remove(bucket).await;
+    forgiven(&key, removed)
+}
+
+/// The answer to a forgive: 204, 404 if there was no such bucket, 503 if the store failed.
+fn forgiven(key: &str, removed: Result<bool, StoreError>) -> Response {
     match removed {
         Ok(true) => {
             tracing::info!(bucket = key, "bucket forgiven");
@@ -401,17 +413,4 @@ fn bad_request(message: &str) -> Response {
         Json(json!({ "error": "bad_request", "message": message })),
     )
         .into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::constant_time_eq;
-
-    #[test]
-    fn tokens_compare_exactly() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret!"));
-        assert!(!constant_time_eq(b"", b"secret"));
-    }
 }

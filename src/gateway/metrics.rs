@@ -25,6 +25,12 @@ pub fn install() -> PrometheusHandle {
                     Matcher::Full("tollgate_decision_seconds".into()),
                     &DECISION_BUCKETS,
                 )
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(
+                        Matcher::Full("tollgate_resp_command_seconds".into()),
+                        &DECISION_BUCKETS,
+                    )
+                })
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
@@ -48,6 +54,19 @@ fn describe() {
         "Buckets currently held: clients that have spent part of a budget."
     );
     describe_counter!("tollgate_config_reloads_total", "Config reloads applied.");
+    describe_counter!(
+        "tollgate_resp_commands_total",
+        "Commands the Redis-protocol front end ran, by command (unknown ones as unknown)."
+    );
+    describe_counter!(
+        "tollgate_resp_errors_total",
+        "Commands the Redis-protocol front end answered with an error, by command."
+    );
+    describe_histogram!(
+        "tollgate_resp_command_seconds",
+        metrics::Unit::Seconds,
+        "Time to run one Redis-protocol command, by command, sampled 1 in 16 per connection."
+    );
     describe_counter!(
         "tollgate_config_reads_total",
         "Config sources read: files opened (kind=file) and URLs fetched (kind=url). Idle and unchanged, files are not read again."

@@ -3,8 +3,9 @@
 //!
 //! The gateway is an assembly of **front ends**, each a module with one entry point,
 //! `serve(limits, listener, options, shutdown)`, over the one decision API
-//! ([`Limits`]): [`proxy`] (the rate-limited reverse proxy) and [`admin`] (health, config,
-//! buckets, explain, metrics). [`Gateway::start`] loads and watches the config, binds a
+//! ([`Limits`]): [`proxy`] (the rate-limited reverse proxy), [`admin`] (health, config,
+//! buckets, explain, metrics) and, when asked for, [`resp`] (the Redis protocol: smyte's
+//! `RL.*` and tollgate's `TG.*` commands). [`Gateway::start`] loads and watches the config, binds a
 //! listener for each front end, starts them on one shared `Limits`, and
 //! [`Gateway::shutdown`] stops them all together. `examples/gateway.rs` is a thin `main`
 //! over it: flags, logging, signals; tests drive the same [`Gateway`] in-process.
@@ -21,10 +22,12 @@
 //! ```
 
 pub mod admin;
+mod credentials;
 pub mod demo;
 pub mod metrics;
 mod options;
 pub mod proxy;
+pub mod resp;
 mod rule_table;
 mod server;
 mod signals;
@@ -37,6 +40,7 @@ use std::time::Duration;
 use http::Uri;
 use tokio::task::JoinHandle;
 
+pub use credentials::constant_time_eq;
 pub use options::{
     DEFAULT_ADMIN, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_LISTEN, DEFAULT_SHUTDOWN_GRACE,
     DEFAULT_UPSTREAM_TIMEOUT, GatewayOptions,
@@ -54,6 +58,7 @@ use crate::store::BackendStore;
 pub struct Gateway {
     listen: SocketAddr,
     admin: SocketAddr,
+    resp: Option<SocketAddr>,
     upstream: Uri,
     demo: bool,
     limits: Limits<BackendStore>,
@@ -71,6 +76,11 @@ impl Gateway {
     /// The admin listener's bound address.
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin
+    }
+
+    /// The Redis-protocol front end's bound address, if it was asked for.
+    pub fn resp_addr(&self) -> Option<SocketAddr> {
+        self.resp
     }
 
     /// The upstream requests go to.

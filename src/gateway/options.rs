@@ -46,6 +46,8 @@ pub struct GatewayOptions {
     pub upstream_timeout: Option<Duration>,
     /// A bearer token for the admin listener.
     pub admin_token: Option<String>,
+    /// The Redis-protocol front end's address; `None` here and in `[gateway] resp`: off.
+    pub resp: Option<SocketAddr>,
     /// How long a shutdown waits for requests in flight.
     pub shutdown_grace: Duration,
     /// How long a client has to send a request's headers, on a new connection or between
@@ -64,6 +66,7 @@ impl GatewayOptions {
             admin: None,
             upstream_timeout: None,
             admin_token: None,
+            resp: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
         }
@@ -85,6 +88,8 @@ impl GatewayOptions {
                 .clone()
                 .or_else(|| table.admin_token.clone()),
             header_read_timeout: self.header_read_timeout,
+            resp: self.resp.or(table.resp),
+            resp_password_env: table.resp_password_env.clone(),
         }
     }
 }
@@ -99,6 +104,9 @@ pub(super) struct Resolved {
     pub(super) upstream_timeout: Duration,
     pub(super) admin_token: Option<String>,
     pub(super) header_read_timeout: Duration,
+    /// `None`: no Redis-protocol front end.
+    pub(super) resp: Option<SocketAddr>,
+    pub(super) resp_password_env: Option<String>,
 }
 
 #[cfg(test)]

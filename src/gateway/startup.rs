@@ -8,6 +8,7 @@ use tokio::net::TcpListener;
 use super::admin::{self, AdminOptions};
 use super::options::GatewayOptions;
 use super::proxy::{self, ProxyOptions};
+use super::resp::{self, RespOptions};
 use super::{Gateway, demo, metrics, signals};
 use crate::Limits;
 use crate::reload::WatchError;
@@ -29,6 +30,9 @@ pub enum GatewayError {
         #[source]
         source: std::io::Error,
     },
+    /// The environment variable `[gateway] resp_password_env` names is not set.
+    #[error("the RESP password's environment variable {0} is not set")]
+    MissingSecret(String),
     /// The task loading the config ended without an answer (it panicked).
     #[error("the config loader stopped unexpectedly: {0}")]
     Loader(String),
@@ -65,6 +69,19 @@ impl Gateway {
         };
         let (proxy_listener, listen) = bind(resolved.listen).await?;
         let (admin_listener, admin) = bind(resolved.admin).await?;
+        let resp = match resolved.resp {
+            Some(address) => {
+                let mut options = RespOptions::default();
+                if let Some(variable) = &resolved.resp_password_env {
+                    let password = std::env::var(variable)
+                        .map_err(|_| GatewayError::MissingSecret(variable.clone()))?;
+                    options.password = Some(password);
+                }
+                Some((bind(address).await?, options))
+            }
+            None => None,
+        };
+        let resp_addr = resp.as_ref().map(|((_, address), _)| *address);
 
         let mut proxy_options = ProxyOptions::new(upstream.clone());
         proxy_options.upstream_timeout = resolved.upstream_timeout;
@@ -81,7 +98,7 @@ impl Gateway {
                 let _ = stopped.wait_for(|stop| *stop).await;
             }
         };
-        let servers = vec![
+        let mut servers = vec![
             tokio::spawn(proxy::serve(
                 limits.clone(),
                 proxy_listener,
@@ -96,10 +113,19 @@ impl Gateway {
             )),
             tokio::spawn(signals::reload_on_sighup(limits.clone(), shutdown())),
         ];
-        tracing::info!(%listen, %admin, %upstream, demo, "gateway started");
+        if let Some(((listener, _), options)) = resp {
+            servers.push(tokio::spawn(resp::serve(
+                limits.clone(),
+                listener,
+                options,
+                shutdown(),
+            )));
+        }
+        tracing::info!(%listen, %admin, resp = ?resp_addr, %upstream, demo, "gateway started");
         Ok(Gateway {
             listen,
             admin,
+            resp: resp_addr,
             upstream,
             demo,
             limits,

@@ -57,6 +57,20 @@ impl<St: Store> Limits<St> {
         self.check_at(key, cost, self.now()).await
     }
 
+    /// Takes what a request to `key` costs under its rule (the rule's `cost`), as the layer
+    /// would: what `TG.CHECK` without `COST` does.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limits = tollgate::Limits::from_toml("[limits]\nupload = { rate = \"100/min\", cost = 10 }\n")?;
+    /// assert_eq!(limits.check_rule_cost("upload/192.0.2.1").await?.remaining(), 90);
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_rule_cost(&self, key: &str) -> Result<Decision, StoreError> {
+        self.key_decision(key, CheckMode::Consume, None, self.now())
+            .await
+    }
+
     /// Takes `cost` tokens for `key` as of `at` — for replaying recorded events.
     pub async fn check_at(
         &self,

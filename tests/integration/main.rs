@@ -20,6 +20,7 @@ mod modes;
 mod redis_backend;
 mod reload;
 mod remote_config;
+mod resp;
 mod sigterm;
 mod snapshots;
 mod support;
