@@ -32,6 +32,8 @@ pub struct Decision {
     /// Time until every quota of the rule is full.
     reset: u64,
     rule: Option<Arc<str>>,
+    /// The deciding rule only measures (`shadow = true`).
+    shadow: bool,
 }
 
 /// What is left, in the form the algorithm knows it.
@@ -66,6 +68,7 @@ impl Decision {
             retry: 0,
             reset: 0,
             rule: None,
+            shadow: false,
         }
     }
 
@@ -87,6 +90,7 @@ impl Decision {
             retry,
             reset: debt,
             rule: None,
+            shadow: false,
         }
     }
 
@@ -111,6 +115,7 @@ impl Decision {
             retry,
             reset,
             rule: None,
+            shadow: false,
         }
     }
 
@@ -135,6 +140,11 @@ impl Decision {
 
     pub(crate) fn with_rule(mut self, rule: Arc<str>) -> Decision {
         self.rule = Some(rule);
+        self
+    }
+
+    pub(crate) fn with_shadow(mut self, shadow: bool) -> Decision {
+        self.shadow = shadow;
         self
     }
 
@@ -210,6 +220,21 @@ impl Decision {
     /// [`Limits`](crate::Limits)' key API; `None` when no rule limits the key.
     pub fn rule(&self) -> Option<&str> {
         self.rule.as_deref()
+    }
+
+    /// Whether the rule that decided only measures (`shadow = true`): the request passes
+    /// whatever [`allowed`](Self::allowed) says, and `allowed` says what would have happened.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limits = tollgate::Limits::from_toml("[limits]\nbeta = { rate = \"1/h\", shadow = true }\n")?;
+    /// limits.check("beta/me", 1).await?;
+    /// let second = limits.check("beta/me", 1).await?;
+    /// assert!(second.shadow() && !second.allowed(), "would have been refused");
+    /// # Ok(()) }
+    /// ```
+    pub fn shadow(&self) -> bool {
+        self.shadow
     }
 
     /// `Retry-After` in whole seconds: rounded up and never 0 on a denial; 0 when allowed.

@@ -41,6 +41,14 @@ impl PrefixTable {
         table
     }
 
+    /// Whether some rule key starts with the segment `first`.
+    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
+    pub(super) fn has_first_segment(&self, first: &str) -> bool {
+        self.nodes
+            .first()
+            .is_some_and(|root| root.children.contains_key(first))
+    }
+
     /// The index of the rule whose key is the longest segment prefix of `route/client`,
     /// asking for the client segment only if some rule could name one at this route.
     pub(super) fn longest_prefix<'c>(

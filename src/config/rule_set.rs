@@ -95,6 +95,13 @@ impl RuleSet {
             .and_then(|index| self.rules.get(index))
     }
 
+    /// Whether some rule's key starts with the segment `first` (already normalised): a
+    /// bounded label for metrics named after what callers send.
+    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
+    pub(crate) fn has_rules_under(&self, first: &str) -> bool {
+        self.table.has_first_segment(first)
+    }
+
     /// As [`resolve`](Self::resolve), asking for the client segment only if some rule could
     /// name a client at this route.
     pub(crate) fn resolve_with<'c>(

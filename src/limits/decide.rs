@@ -138,14 +138,16 @@ impl<St: Store> Limits<St> {
             let found = rules.resolve_with(&route, || client.to_string().into());
             match found.and_then(|index| rules.rule(index)) {
                 Some(rule) => match self.start_check(rule, &client, mode, cost, at) {
-                    Some(future) => (future, rule.name_arc()),
-                    None => return Ok(Decision::unlimited().with_rule(rule.name_arc())),
+                    Some(future) => (future, rule.name_arc(), rule.is_shadow()),
+                    None => return Ok(super::decided_by(Decision::unlimited(), rule)),
                 },
                 None => return Ok(Decision::unlimited()),
             }
         };
-        let (future, rule) = future;
-        future.await.map(|decision| decision.with_rule(rule))
+        let (future, rule, shadow) = future;
+        future
+            .await
+            .map(|decision| decision.with_rule(rule).with_shadow(shadow))
     }
 
     /// Resolves `request` against `rules` and starts its check: the whole per-request

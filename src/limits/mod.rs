@@ -28,6 +28,9 @@ mod caller;
 mod decide;
 mod live;
 mod maintenance;
+mod many;
+#[cfg_attr(not(feature = "gateway"), allow(unused_imports))]
+pub(crate) use many::{BucketBy, KeyCheck};
 
 use std::sync::Arc;
 
@@ -99,4 +102,14 @@ impl<St: Store> Limits<St> {
     pub fn now(&self) -> Timestamp {
         self.shared.clock.now()
     }
+}
+
+/// `decision` named after `rule`, and marked as a shadow rule's if it is one.
+fn decided_by(
+    decision: crate::decision::Decision,
+    rule: &crate::config::Rule,
+) -> crate::decision::Decision {
+    decision
+        .with_rule(rule.name_arc())
+        .with_shadow(rule.is_shadow())
 }

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use std::task::{Context, Poll};
 
 use super::{
-    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckRequest, MemoryStore, RuleId,
+    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckRequest, ManyFuture, MemoryStore, RuleId,
     SnapshotError, Store, StoreError,
 };
 use crate::clock::Timestamp;
@@ -101,6 +101,14 @@ impl Store for BackendStore {
             return BackendFuture::Redis(redis.check(request));
         }
         BackendFuture::Memory(ready(Ok(self.memory.decide(request))))
+    }
+
+    fn check_all<'a>(&'a self, requests: &'a [CheckRequest<'a>]) -> ManyFuture<'a> {
+        #[cfg(feature = "redis")]
+        if let Some(redis) = self.redis.get() {
+            return redis.check_all(requests);
+        }
+        self.memory.check_all(requests)
     }
 
     fn forget(&self, rules: &[RuleId]) {

@@ -48,6 +48,10 @@ pub use memory::MemoryStore;
 pub use redis::{RedisFuture, RedisStore};
 pub use snapshot::SnapshotError;
 
+/// The future of [`Store::check_all`]: one decision per request, in order.
+pub type ManyFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<Decision>, StoreError>> + Send + 'a>>;
+
 /// The boxed future of an occasional, administrative store call.
 pub type AdminFuture<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send>>;
 
@@ -121,6 +125,32 @@ pub trait Store: Send + Sync + 'static {
     /// Buckets whose rule changed its rates since they were last touched carry their
     /// consumption over into the new quotas (SPEC §5); see the GCRA module docs.
     fn check(&self, request: CheckRequest<'_>) -> Self::Future;
+
+    /// Decides `requests` together: if every one is admitted, all take their tokens; if any
+    /// is refused, none takes anything. The in-memory store does it atomically
+    /// ([`MemoryStore::decide_all`]); this default looks at every bucket, then takes from
+    /// each, so a concurrent request can come between the two (a store that can do better
+    /// says so).
+    fn check_all<'a>(&'a self, requests: &'a [CheckRequest<'a>]) -> ManyFuture<'a> {
+        Box::pin(async move {
+            let mut peeks = Vec::with_capacity(requests.len());
+            for request in requests {
+                let peek = CheckRequest {
+                    mode: CheckMode::Peek,
+                    ..*request
+                };
+                peeks.push(self.check(peek).await?);
+            }
+            if !peeks.iter().all(Decision::allowed) {
+                return Ok(peeks);
+            }
+            let mut taken = Vec::with_capacity(requests.len());
+            for request in requests {
+                taken.push(self.check(*request).await?);
+            }
+            Ok(taken)
+        })
+    }
 
     /// Drops the buckets of rules a reload removed. Stores whose buckets expire by
     /// themselves may ignore it (the default).

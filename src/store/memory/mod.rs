@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 
 use super::{
-    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, RuleId, SnapshotError,
-    Store, StoreError,
+    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, ManyFuture, RuleId,
+    SnapshotError, Store, StoreError,
 };
 use crate::algorithm::{Algorithm, gcra};
 use crate::clock::Timestamp;
@@ -152,6 +152,103 @@ impl MemoryStore {
     pub fn decide(&self, request: CheckRequest<'_>) -> Decision {
         let hash = self.hasher.hash_one(request.bucket);
         let mut tables = self.shard(hash).lock();
+        self.decide_in(&mut tables, hash, request)
+    }
+
+    /// Decides `requests` together: if every one is admitted, every one takes its tokens;
+    /// if any is refused, none takes anything (a strict bucket that refused still holds its
+    /// refill back). Atomic: the shards involved are locked, in order, for the whole
+    /// decision, so no concurrent request can come between the look and the take. Requests
+    /// for one bucket count as one request of their summed cost.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use tollgate::clock::{Clock, FakeClock};
+    /// use tollgate::key::Client;
+    /// use tollgate::store::{BucketRef, CheckMode, CheckRequest, MemoryStore, RuleId};
+    /// use tollgate::Quota;
+    ///
+    /// let store = MemoryStore::new();
+    /// let one = [Quota::new("1/min".parse()?, NonZeroU32::new(1).unwrap()).unwrap()];
+    /// let two = [Quota::new("2/min".parse()?, NonZeroU32::new(2).unwrap()).unwrap()];
+    /// let (a, b) = (Client::from_segment("a"), Client::from_segment("b"));
+    /// let request = |client, quotas| CheckRequest {
+    ///     bucket: BucketRef { rule: RuleId::new(0), client: Some(client) },
+    ///     quotas,
+    ///     cost: 1,
+    ///     algorithm: tollgate::Algorithm::Gcra,
+    ///     strict: false,
+    ///     now: FakeClock::new().now(),
+    ///     mode: CheckMode::Consume,
+    /// };
+    /// assert!(store.decide(request(&a, &one)).allowed()); // a is now empty
+    /// let both = store.decide_all(&[request(&a, &one), request(&b, &two)]);
+    /// assert!(!both[0].allowed() && both[1].allowed());
+    /// assert_eq!(store.decide(request(&b, &two)).remaining(), 1, "b was not charged");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decide_all(&self, requests: &[CheckRequest<'_>]) -> Vec<Decision> {
+        struct Group {
+            first: usize,
+            hash: u64,
+            shard: usize,
+            cost: u64,
+        }
+        let mut groups: Vec<Group> = Vec::with_capacity(requests.len());
+        let mut member = Vec::with_capacity(requests.len());
+        for (index, request) in requests.iter().enumerate() {
+            let found = groups
+                .iter()
+                .position(|g| requests[g.first].bucket == request.bucket);
+            match found {
+                Some(at) => groups[at].cost = groups[at].cost.saturating_add(request.cost),
+                None => {
+                    let hash = self.hasher.hash_one(request.bucket);
+                    groups.push(Group {
+                        first: index,
+                        hash,
+                        shard: self.shard_index(hash),
+                        cost: request.cost,
+                    });
+                }
+            }
+            member.push(found.unwrap_or(groups.len() - 1));
+        }
+        // Locked in ascending order, so two atomic decisions can never wait on each other.
+        let mut shards: Vec<usize> = groups.iter().map(|g| g.shard).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let mut locked: Vec<_> = shards.iter().map(|&i| self.shards[i].0.lock()).collect();
+        let mut decide = |group: &Group, mode: CheckMode| {
+            let at = shards.binary_search(&group.shard).unwrap_or(0);
+            let request = CheckRequest {
+                cost: group.cost,
+                mode,
+                ..requests[group.first]
+            };
+            self.decide_in(&mut locked[at], group.hash, request)
+        };
+        let peeks: Vec<Decision> = groups.iter().map(|g| decide(g, CheckMode::Peek)).collect();
+        let admitted = peeks.iter().all(Decision::allowed);
+        let decided: Vec<Decision> = groups
+            .iter()
+            .zip(peeks)
+            .map(|(group, peek)| {
+                let request = &requests[group.first];
+                if admitted || (request.strict && !peek.allowed()) {
+                    decide(group, request.mode)
+                } else {
+                    peek
+                }
+            })
+            .collect();
+        drop(locked);
+        member.into_iter().map(|g| decided[g].clone()).collect()
+    }
+
+    /// Decides `request`, whose bucket hashes to `hash`, in the shard's locked `tables`.
+    #[inline]
+    fn decide_in(&self, tables: &mut Tables, hash: u64, request: CheckRequest<'_>) -> Decision {
         let now = request.now.as_unix_nanos();
         let rule = request.bucket.rule;
         let ip = compact_ip(request.bucket);
@@ -197,7 +294,7 @@ impl MemoryStore {
             let mut tat = [0];
             let decision = decide_gcra(&mut tat, &request, now);
             if keep(&decision) {
-                self.make_room(&mut tables, now);
+                self.make_room(tables, now);
                 let hasher = &self.hasher;
                 tables.compact.insert_unique(
                     hash,
@@ -219,7 +316,7 @@ impl MemoryStore {
                     .map(|client| client.clone().into_owned()),
                 state,
             };
-            self.make_room(&mut tables, now);
+            self.make_room(tables, now);
             let hasher = &self.hasher;
             tables
                 .general
@@ -230,9 +327,13 @@ impl MemoryStore {
 
     /// The shard a bucket hashing to `hash` lives in.
     fn shard(&self, hash: u64) -> &Mutex<Tables> {
+        &self.shards[self.shard_index(hash)].0
+    }
+
+    /// The index of that shard.
+    fn shard_index(&self, hash: u64) -> usize {
         // The tables use the low bits and the top seven; pick the shard from the middle.
-        let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        &self.shards[index].0
+        (hash >> 32) as usize & (self.shards.len() - 1)
     }
 }
 
@@ -321,6 +422,10 @@ impl Store for MemoryStore {
 
     fn check(&self, request: CheckRequest<'_>) -> Self::Future {
         ready(Ok(self.decide(request)))
+    }
+
+    fn check_all<'a>(&'a self, requests: &'a [CheckRequest<'a>]) -> ManyFuture<'a> {
+        Box::pin(ready(Ok(self.decide_all(requests))))
     }
 
     fn forget(&self, rules: &[RuleId]) {

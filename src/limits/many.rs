@@ -1,0 +1,277 @@
+//! Several keys decided together, as Envoy's rate limit service decides a request's
+//! descriptors: all take their tokens, or none does.
+
+use std::borrow::Cow;
+
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+
+use super::{Limits, decided_by};
+use crate::clock::Timestamp;
+use crate::config::{Limit, Per, Rule};
+use crate::decision::Decision;
+use crate::key::{Client, normalize_route};
+use crate::store::{BucketRef, CheckMode, CheckRequest, Store, StoreError};
+
+/// One key of a [`Limits::check_keys`] call, already in matching form.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyCheck<'k> {
+    /// Every segment but the last, normalised (and folded, if the rules fold case).
+    pub(crate) route: &'k str,
+    /// The last segment.
+    pub(crate) last: &'k str,
+    /// Tokens to take; `None`: the rule's `cost`.
+    pub(crate) cost: Option<u64>,
+}
+
+/// Which keys resolving to one `per = "client"` rule share its bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BucketBy {
+    /// The key's last segment, the HTTP layer's client: `api = "100/min"` is 100 a minute
+    /// per client across every route under `api/`.
+    LastSegment,
+    /// Everything in the key after the rule's own key: each distinct key under the rule
+    /// counts apart, as each distinct descriptor does in Envoy's rate limit service.
+    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
+    Remainder,
+}
+
+/// A key some rule limits, waiting for its decision.
+struct Limited<'r> {
+    /// Where its decision goes in the answer.
+    at: usize,
+    rule: &'r Rule,
+    client: Client<'static>,
+    cost: u64,
+}
+
+impl<St: Store> Limits<St> {
+    /// Decides several keys (`route/client`, as [`check`](Self::check) takes them) at once,
+    /// each at its own cost (`None`: its rule's `cost`). If every key whose rule enforces
+    /// admits its request, every one takes its tokens; if any refuses, none takes anything.
+    /// Shadow rules only measure: they never refuse the others, and take their tokens only
+    /// if the others were admitted. Keys no rule limits, or an unlimited rule, are admitted
+    /// with [`Decision::unlimited`]. One decision per key, in order, each naming its rule;
+    /// each limited one is counted in its rule's `tollgate_requests_total`.
+    ///
+    /// With the in-memory store the decision is atomic against concurrent requests
+    /// ([`MemoryStore::decide_all`](crate::store::MemoryStore::decide_all)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limits = tollgate::Limits::from_toml("[limits]\na = \"1/min\"\nb = \"5/min\"\n")?;
+    /// limits.check("a/me", 1).await?; // a is now empty for me
+    /// let both = limits.check_all(&[("a/me", None), ("b/me", None)]).await?;
+    /// assert!(!both[0].allowed());
+    /// assert_eq!(limits.peek("b/me").await?.remaining(), 5, "b took nothing");
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_all(
+        &self,
+        keys: &[(&str, Option<u64>)],
+    ) -> Result<Vec<Decision>, StoreError> {
+        let settings = self.rules().route_settings().clone();
+        let routes: Vec<(Cow<'_, str>, &str, Option<u64>)> = keys
+            .iter()
+            .map(|&(key, cost)| {
+                let (route, client) = key.rsplit_once('/').unwrap_or(("", key));
+                (normalize_route(route, &settings), client, cost)
+            })
+            .collect();
+        let keys: Vec<KeyCheck<'_>> = routes
+            .iter()
+            .map(|(route, last, cost)| KeyCheck {
+                route,
+                last,
+                cost: *cost,
+            })
+            .collect();
+        self.check_keys(&keys, BucketBy::LastSegment).await
+    }
+
+    /// [`check_all`](Self::check_all) for keys a front end has already put in matching
+    /// form, with its own idea of which keys share a bucket.
+    pub(crate) async fn check_keys(
+        &self,
+        keys: &[KeyCheck<'_>],
+        by: BucketBy,
+    ) -> Result<Vec<Decision>, StoreError> {
+        let rules = self.shared.rules.load_full();
+        let now = self.now();
+        let mut decisions: Vec<Option<Decision>> = vec![None; keys.len()];
+        let mut limited = Vec::new();
+        for (at, key) in keys.iter().enumerate() {
+            let found = rules.resolve_with(key.route, || key.last.into());
+            match found.and_then(|index| rules.rule(index)) {
+                Some(rule) if !rule.is_unlimited() => limited.push(Limited {
+                    at,
+                    rule,
+                    client: bucket_client(key, rule, by),
+                    cost: key.cost.unwrap_or_else(|| rule.cost()),
+                }),
+                Some(rule) => decisions[at] = Some(decided_by(Decision::unlimited(), rule)),
+                None => decisions[at] = Some(Decision::unlimited()),
+            }
+        }
+        let (shadowed, enforced): (Vec<&Limited<'_>>, Vec<&Limited<'_>>) =
+            limited.iter().partition(|entry| entry.rule.is_shadow());
+        let requests: Vec<CheckRequest<'_>> = enforced
+            .iter()
+            .filter_map(|entry| request(entry, now))
+            .collect();
+        let taken = self.shared.store.check_all(&requests).await?;
+        let admitted = taken.iter().all(Decision::allowed);
+        for (entry, decision) in enforced.iter().zip(taken) {
+            decisions[entry.at] = Some(decision);
+        }
+        for entry in shadowed {
+            if let Some(mut request) = request(entry, now) {
+                if !admitted {
+                    request.mode = CheckMode::Peek;
+                }
+                decisions[entry.at] = Some(self.shared.store.check(request).await?);
+            }
+        }
+        for entry in &limited {
+            if let Some(decision) = decisions[entry.at].take() {
+                let decision = decided_by(decision, entry.rule);
+                count(entry.rule, &decision);
+                decisions[entry.at] = Some(decision);
+            }
+        }
+        Ok(decisions
+            .into_iter()
+            .map(|decision| decision.unwrap_or_else(Decision::unlimited))
+            .collect())
+    }
+}
+
+/// The client a limited key's bucket is kept under.
+fn bucket_client(key: &KeyCheck<'_>, rule: &Rule, by: BucketBy) -> Client<'static> {
+    let last = || Client::from_segment(key.last).into_owned();
+    if by == BucketBy::LastSegment {
+        return last();
+    }
+    let depth = rule.key().split('/').filter(|s| !s.is_empty()).count();
+    let mut segments = key.route.split('/').filter(|s| !s.is_empty());
+    let Some(first) = segments.nth(depth) else {
+        return last();
+    };
+    // Several segments: one client segment, `/` and `%` encoded so none can collide.
+    let mut remainder: String = utf8_percent_encode(first, REMAINDER_UNSAFE).collect();
+    for segment in segments.chain(std::iter::once(key.last)) {
+        remainder.push_str("%2F");
+        remainder.extend(utf8_percent_encode(segment, REMAINDER_UNSAFE));
+    }
+    Client::Key(Cow::Owned(remainder))
+}
+
+/// What a multi-segment remainder encodes to stay one unambiguous segment.
+const REMAINDER_UNSAFE: &AsciiSet = &CONTROLS.add(b'/').add(b'%');
+
+/// A limited key's check request, at its rule's numbers.
+fn request<'a>(entry: &'a Limited<'_>, now: Timestamp) -> Option<CheckRequest<'a>> {
+    let Limit::Limited {
+        quotas,
+        per,
+        algorithm,
+        strict,
+        ..
+    } = entry.rule.limit()
+    else {
+        return None;
+    };
+    Some(CheckRequest {
+        bucket: BucketRef {
+            rule: entry.rule.id(),
+            client: (*per == Per::Client).then_some(&entry.client),
+        },
+        quotas,
+        cost: entry.cost,
+        algorithm: *algorithm,
+        strict: *strict,
+        now,
+        mode: CheckMode::Consume,
+    })
+}
+
+/// Counts `decision` in `rule`'s `tollgate_requests_total`.
+fn count(rule: &Rule, decision: &Decision) {
+    let Some(counters) = rule.counters() else {
+        return;
+    };
+    match (decision.allowed(), rule.is_shadow()) {
+        (true, _) => counters.allowed.increment(1),
+        (false, true) => counters.shadow_limited.increment(1),
+        (false, false) => counters.limited.increment(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits::from_toml(
+            "[limits]\n\"d/k\" = \"2/min\"\n\"d/k/v\" = \"1/min\"\n\"s\" = { rate = \"1/min\", shadow = true }\n",
+        )
+        .unwrap()
+    }
+
+    async fn by_remainder(limits: &Limits, key: &str) -> Decision {
+        let (route, last) = key.rsplit_once('/').unwrap();
+        let check = KeyCheck {
+            route,
+            last,
+            cost: None,
+        };
+        limits
+            .check_keys(&[check], BucketBy::Remainder)
+            .await
+            .unwrap()
+            .remove(0)
+    }
+
+    #[tokio::test]
+    async fn remainder_buckets_count_each_distinct_key_apart() {
+        let limits = limits();
+        for _ in 0..2 {
+            assert!(by_remainder(&limits, "d/k/a/j/x").await.allowed());
+            assert!(by_remainder(&limits, "d/k/b/j/x").await.allowed());
+        }
+        let third = by_remainder(&limits, "d/k/a/j/x").await;
+        assert!(!third.allowed(), "a/j/x has had its two");
+        assert_eq!(third.rule(), Some("d/k"));
+        // By last segment, the two keys share x's bucket, already spent.
+        let shared = limits.check_all(&[("d/k/c/j/x", None)]).await.unwrap();
+        assert!(
+            shared[0].allowed(),
+            "the last-segment bucket is a different one"
+        );
+        let shared = limits.check_all(&[("d/k/d/j/x", None)]).await.unwrap();
+        assert!(shared[0].allowed());
+        let shared = limits.check_all(&[("d/k/e/j/x", None)]).await.unwrap();
+        assert!(!shared[0].allowed(), "c, d and e share the client x");
+    }
+
+    #[tokio::test]
+    async fn an_exact_match_keeps_the_one_bucket() {
+        let limits = limits();
+        assert!(by_remainder(&limits, "d/k/v").await.allowed());
+        let second = by_remainder(&limits, "d/k/v").await;
+        assert!(!second.allowed());
+        assert_eq!(second.rule(), Some("d/k/v"));
+    }
+
+    #[tokio::test]
+    async fn shadow_decisions_say_so_and_never_refuse_the_others() {
+        let limits = limits();
+        limits.check("s/me", 1).await.unwrap();
+        let both = limits
+            .check_all(&[("s/me", None), ("d/k/me", None)])
+            .await
+            .unwrap();
+        assert!(both[0].shadow() && !both[0].allowed());
+        assert!(both[1].allowed() && !both[1].shadow());
+        assert_eq!(limits.peek("d/k/me").await.unwrap().remaining(), 1);
+    }
+}
