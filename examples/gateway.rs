@@ -44,6 +44,10 @@ struct Flags {
     /// [default: [gateway] resp, else off; without ADDR: 127.0.0.1:9049].
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9049")]
     resp: Option<SocketAddr>,
+    /// Also serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) on ADDR
+    /// [default: [gateway] grpc, else off; without ADDR: 127.0.0.1:8081].
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8081")]
+    grpc: Option<SocketAddr>,
     /// How long to wait for the upstream's response headers, e.g. 30s.
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
     upstream_timeout: Option<Duration>,
@@ -98,6 +102,7 @@ async fn main() -> ExitCode {
     options.upstream = flags.upstream;
     options.admin = flags.admin;
     options.resp = flags.resp;
+    options.grpc = flags.grpc;
     options.upstream_timeout = flags.upstream_timeout;
     options.shutdown_grace = flags.shutdown_grace;
     options.header_read_timeout = flags.header_read_timeout;
@@ -125,6 +130,9 @@ async fn main() -> ExitCode {
             "gateway: Redis protocol on {resp} (redis-cli -p {})",
             resp.port()
         );
+    }
+    if let Some(grpc) = gateway.grpc_addr() {
+        eprintln!("gateway: Envoy rate limit service (gRPC) on {grpc}");
     }
     gateway.run_until(shutdown_signal()).await;
     ExitCode::SUCCESS

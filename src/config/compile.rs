@@ -65,10 +65,9 @@ impl RuleSet {
                 ));
                 continue;
             }
-            match toml::from_str::<RawFile>(&source.text) {
+            match parse(source) {
                 Ok(raw) => parsed.push((source, raw)),
-                Err(error) => diagnostics
-                    .push(source.at(error.span().unwrap_or(0..0), error.message().trim_end())),
+                Err(mut problems) => diagnostics.append(&mut problems),
             }
         }
         if !diagnostics.is_empty() {
@@ -164,6 +163,27 @@ fn normalize_rule_key(key: &str, route: &RouteSettings) -> String {
         ..route.clone()
     };
     normalize_route(key, &uncapped).into_owned()
+}
+
+/// One source's raw form: TOML, or envoyproxy/ratelimit's YAML for `.yaml`/`.yml` names.
+fn parse(source: &SourceText) -> Result<RawFile, Vec<Diagnostic>> {
+    #[cfg(feature = "yaml")]
+    if super::envoy_yaml::is_yaml(&source.path) {
+        return super::envoy_yaml::parse(source);
+    }
+    #[cfg(not(feature = "yaml"))]
+    if source
+        .path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"))
+    {
+        return Err(vec![source.at(
+            0..0,
+            "envoyproxy/ratelimit YAML config needs tollgate's `yaml` feature",
+        )]);
+    }
+    toml::from_str::<RawFile>(&source.text)
+        .map_err(|error| vec![source.at(error.span().unwrap_or(0..0), error.message().trim_end())])
 }
 
 fn compile_limit(

@@ -31,6 +31,11 @@ pub struct GatewaySettings {
     /// `resp_password_env`: the environment variable holding the password the
     /// Redis-protocol front end asks for (`AUTH`); none: no password.
     pub resp_password_env: Option<String>,
+    /// `grpc`: the address of Envoy's rate limit service (off unless given).
+    pub grpc: Option<SocketAddr>,
+    /// `grpc_response_headers`: suggest rate-limit headers for Envoy to add
+    /// (`response_headers_to_add`); default off.
+    pub grpc_response_headers: Option<bool>,
 }
 
 impl GatewaySettings {
@@ -59,6 +64,10 @@ impl GatewaySettings {
         address(&gateway.listen, "listen", &mut self.listen);
         address(&gateway.admin, "admin", &mut self.admin);
         address(&gateway.resp, "resp", &mut self.resp);
+        address(&gateway.grpc, "grpc", &mut self.grpc);
+        if gateway.grpc_response_headers.is_some() {
+            self.grpc_response_headers = gateway.grpc_response_headers;
+        }
         if let Some(name) = &gateway.resp_password_env {
             if is_env_name(name.get_ref()) {
                 self.resp_password_env = Some(name.get_ref().clone());

@@ -18,6 +18,8 @@
 //! ```
 
 mod compile;
+#[cfg(feature = "yaml")]
+mod envoy_yaml;
 mod error;
 mod explain;
 mod gateway;

@@ -74,6 +74,8 @@ pub(crate) struct RawGateway {
     pub(crate) admin_token: Option<Spanned<String>>,
     pub(crate) resp: Option<Spanned<String>>,
     pub(crate) resp_password_env: Option<Spanned<String>>,
+    pub(crate) grpc: Option<Spanned<String>>,
+    pub(crate) grpc_response_headers: Option<bool>,
 }
 
 /// `[key]`

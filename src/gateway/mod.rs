@@ -5,7 +5,7 @@
 //! `serve(limits, listener, options, shutdown)`, over the one decision API
 //! ([`Limits`]): [`proxy`] (the rate-limited reverse proxy), [`admin`] (health, config,
 //! buckets, explain, metrics) and, when asked for, [`resp`] (the Redis protocol: smyte's
-//! `RL.*` and tollgate's `TG.*` commands). [`Gateway::start`] loads and watches the config, binds a
+//! `RL.*` and tollgate's `TG.*` commands) and [`grpc`] (Envoy's rate limit service). [`Gateway::start`] loads and watches the config, binds a
 //! listener for each front end, starts them on one shared `Limits`, and
 //! [`Gateway::shutdown`] stops them all together. `examples/gateway.rs` is a thin `main`
 //! over it: flags, logging, signals; tests drive the same [`Gateway`] in-process.
@@ -24,6 +24,7 @@
 pub mod admin;
 mod credentials;
 pub mod demo;
+pub mod grpc;
 pub mod metrics;
 mod options;
 pub mod proxy;
@@ -59,6 +60,7 @@ pub struct Gateway {
     listen: SocketAddr,
     admin: SocketAddr,
     resp: Option<SocketAddr>,
+    grpc: Option<SocketAddr>,
     upstream: Uri,
     demo: bool,
     limits: Limits<BackendStore>,
@@ -81,6 +83,11 @@ impl Gateway {
     /// The Redis-protocol front end's bound address, if it was asked for.
     pub fn resp_addr(&self) -> Option<SocketAddr> {
         self.resp
+    }
+
+    /// The bound address of Envoy's rate limit service (gRPC), if it was asked for.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc
     }
 
     /// The upstream requests go to.

@@ -48,6 +48,9 @@ pub struct GatewayOptions {
     pub admin_token: Option<String>,
     /// The Redis-protocol front end's address; `None` here and in `[gateway] resp`: off.
     pub resp: Option<SocketAddr>,
+    /// The address of Envoy's rate limit service (gRPC); `None` here and in
+    /// `[gateway] grpc`: off.
+    pub grpc: Option<SocketAddr>,
     /// How long a shutdown waits for requests in flight.
     pub shutdown_grace: Duration,
     /// How long a client has to send a request's headers, on a new connection or between
@@ -67,6 +70,7 @@ impl GatewayOptions {
             upstream_timeout: None,
             admin_token: None,
             resp: None,
+            grpc: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
         }
@@ -90,6 +94,8 @@ impl GatewayOptions {
             header_read_timeout: self.header_read_timeout,
             resp: self.resp.or(table.resp),
             resp_password_env: table.resp_password_env.clone(),
+            grpc: self.grpc.or(table.grpc),
+            grpc_response_headers: table.grpc_response_headers.unwrap_or(false),
         }
     }
 }
@@ -107,6 +113,9 @@ pub(super) struct Resolved {
     /// `None`: no Redis-protocol front end.
     pub(super) resp: Option<SocketAddr>,
     pub(super) resp_password_env: Option<String>,
+    /// `None`: no gRPC front end.
+    pub(super) grpc: Option<SocketAddr>,
+    pub(super) grpc_response_headers: bool,
 }
 
 #[cfg(test)]

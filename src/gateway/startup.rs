@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use tokio::net::TcpListener;
 
 use super::admin::{self, AdminOptions};
+use super::grpc::{self, GrpcOptions};
 use super::options::GatewayOptions;
 use super::proxy::{self, ProxyOptions};
 use super::resp::{self, RespOptions};
@@ -82,6 +83,17 @@ impl Gateway {
             None => None,
         };
         let resp_addr = resp.as_ref().map(|((_, address), _)| *address);
+        let grpc = match resolved.grpc {
+            Some(address) => {
+                let options = GrpcOptions {
+                    response_headers: resolved.grpc_response_headers,
+                    ..GrpcOptions::default()
+                };
+                Some((bind(address).await?, options))
+            }
+            None => None,
+        };
+        let grpc_addr = grpc.as_ref().map(|((_, address), _)| *address);
 
         let mut proxy_options = ProxyOptions::new(upstream.clone());
         proxy_options.upstream_timeout = resolved.upstream_timeout;
@@ -121,11 +133,21 @@ impl Gateway {
                 shutdown(),
             )));
         }
-        tracing::info!(%listen, %admin, resp = ?resp_addr, %upstream, demo, "gateway started");
+        if let Some(((listener, _), options)) = grpc {
+            let limits = limits.clone();
+            let shutdown = shutdown();
+            servers.push(tokio::spawn(async move {
+                if let Err(error) = grpc::serve(limits, listener, options, shutdown).await {
+                    tracing::error!(listener = "grpc", %error, "the gRPC front end stopped");
+                }
+            }));
+        }
+        tracing::info!(%listen, %admin, resp = ?resp_addr, grpc = ?grpc_addr, %upstream, demo, "gateway started");
         Ok(Gateway {
             listen,
             admin,
             resp: resp_addr,
+            grpc: grpc_addr,
             upstream,
             demo,
             limits,

@@ -201,6 +201,29 @@ impl fmt::Display for Client<'_> {
 /// plus `/` (it would split the key) and `%` (so encoding stays unambiguous).
 const SEGMENT_UNSAFE: &AsciiSet = &CONTROLS.add(b' ').add(b'/').add(b'%');
 
+/// `text` as one key segment, encoded as header identities are: bytes outside visible
+/// ASCII, ` `, `/` and `%` percent-encoded, so a `/` in it cannot add a segment. A segment
+/// of only dots (`.`, `..`) is written `%2E`, `%2E%2E`, so it means itself, not a step.
+/// Borrows when nothing needs encoding.
+///
+/// A rule key written in config is percent-decoded once (SPEC §2), so a rule for the
+/// encoded segment `a%2Fb` is written `a%252Fb`.
+///
+/// ```
+/// use tollgate::key::encode_segment;
+///
+/// assert_eq!(encode_segment("203.0.113.7"), "203.0.113.7");
+/// assert_eq!(encode_segment("/v1/users"), "%2Fv1%2Fusers");
+/// assert_eq!(encode_segment("50%"), "50%25");
+/// assert_eq!(encode_segment(".."), "%2E%2E");
+/// ```
+pub fn encode_segment(text: &str) -> Cow<'_, str> {
+    if !text.is_empty() && text.bytes().all(|b| b == b'.') {
+        return Cow::Owned("%2E".repeat(text.len()));
+    }
+    Cow::from(percent_encode(text.as_bytes(), SEGMENT_UNSAFE))
+}
+
 fn peer_ip<B>(request: &Request<B>) -> Option<IpAddr> {
     if let Some(PeerAddr(address)) = request.extensions().get::<PeerAddr>() {
         return Some(address.ip());

@@ -12,6 +12,8 @@ mod forwarded;
 mod path;
 
 pub(crate) use client::SegmentBuffer;
-pub use client::{Client, ClientSettings, ClientSource, MAX_HEADER_IDENTITY, PeerAddr};
+pub use client::{
+    Client, ClientSettings, ClientSource, MAX_HEADER_IDENTITY, PeerAddr, encode_segment,
+};
 pub use forwarded::TrustedProxies;
 pub use path::{RouteSettings, normalize_route};

@@ -178,7 +178,14 @@ impl Crate {
         let segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
         let (mut base, rest): (ModulePath, &[&str]) = match segments.as_slice() {
             ["crate", rest @ ..] => (Vec::new(), rest),
-            ["super", rest @ ..] => (from[..from.len().saturating_sub(1)].to_vec(), rest),
+            ["super", ..] => {
+                // `super::super::…` climbs once per `super`.
+                let climbs = segments.iter().take_while(|s| **s == "super").count();
+                (
+                    from[..from.len().saturating_sub(climbs)].to_vec(),
+                    &segments[climbs..],
+                )
+            }
             ["self", rest @ ..] => (from.clone(), rest),
             [first, ..] if self.modules.contains_key(&child(from, first)) => {
                 (from.clone(), &segments[..])
@@ -419,6 +426,15 @@ fn the_reader_sees_imports_as_the_compiler_does() {
         Some(vec!["limits".into()])
     );
     assert_eq!(krate.resolve(&compile, "toml::Spanned"), None);
+    let tree = vec![
+        "config".to_owned(),
+        "envoy_yaml".to_owned(),
+        "tree".to_owned(),
+    ];
+    assert_eq!(
+        krate.resolve(&tree, "super::super::error::Diagnostic"),
+        Some(vec!["config".into(), "error".into()])
+    );
     let reload = krate.modules[&vec!["reload".to_owned()]];
     let config_source = krate.modules[&vec!["config".to_owned(), "source".to_owned()]];
     assert!(krate.edges()[&reload].contains(&config_source));

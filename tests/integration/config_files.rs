@@ -11,7 +11,7 @@ fn every_file_in_config_parses() {
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
+        if path.extension().is_some_and(|e| e == "toml" || e == "yaml") {
             Limits::load([&path]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             checked += 1;
         }

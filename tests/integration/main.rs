@@ -14,6 +14,8 @@ mod concurrency;
 mod config_files;
 mod fuzz_corpus;
 mod gateway;
+mod grpc;
+mod grpc_protos;
 mod hyper_server;
 mod layer_http;
 mod modes;

@@ -195,6 +195,21 @@ impl SourceText {
         SourceText::new("<inline>", text)
     }
 
+    /// The byte offset of `line` (1-based) and `column` (0-based, in characters), as YAML
+    /// parsers report positions; clamped to the text.
+    #[cfg_attr(not(feature = "yaml"), allow(dead_code))]
+    pub(crate) fn offset(&self, line: usize, column: usize) -> usize {
+        let Some(&start) = line.checked_sub(1).and_then(|i| self.line_starts.get(i)) else {
+            return self.text.len();
+        };
+        let rest = self.text.get(start..).unwrap_or_default();
+        start
+            + rest
+                .char_indices()
+                .nth(column)
+                .map_or(rest.len(), |(at, _)| at)
+    }
+
     /// A diagnostic at the start of `span`.
     pub(crate) fn at(&self, span: Range<usize>, message: impl Into<String>) -> Diagnostic {
         let offset = span.start.min(self.text.len());
