@@ -2,7 +2,7 @@
 # Every benchmark in one go, release builds, results under bench/results/<date>/.
 #
 #   bash bench/run.sh                 # all suites
-#   bash bench/run.sh memory redis    # only some: criterion memory redis reload axum gateway config resp
+#   bash bench/run.sh memory redis    # only some: criterion envoy memory redis reload axum gateway config resp grpc
 #
 # Each suite measures its baselines in the same run (governor, redis-benchmark, nginx), so
 # read ratios, not absolute figures: this shared 2-core machine drifts by tens of percent.
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 suites=("$@")
-[ "${#suites[@]}" -gt 0 ] || suites=(criterion memory redis reload axum gateway config resp)
+[ "${#suites[@]}" -gt 0 ] || suites=(criterion envoy memory redis reload axum gateway config resp grpc)
 out="bench/results/$(date -u +%F-%H%M)"
 mkdir -p "$out"
 
@@ -23,6 +23,8 @@ for suite in "${suites[@]}"; do
   echo "== $suite"
   case "$suite" in
     criterion) cargo bench --bench decision 2>&1 | tee "$out/criterion.txt" ;;
+    envoy)     cargo bench --bench envoy 2>&1 | tee "$out/envoy.txt" ;;
+    grpc)      bash bench/grpc.sh 2>&1 | tee "$out/grpc.txt" ;;
     memory)    cargo bench --bench memory 2>&1 | tee "$out/memory.txt" ;;
     reload)    cargo bench --bench reload 2>&1 | tee "$out/reload.txt" ;;
     redis)
@@ -55,7 +57,7 @@ for suite in "${suites[@]}"; do
       else
         echo "skipped: needs redis-server and redis-benchmark (apt-get install -y redis-server)"
       fi ;;
-    *) echo "unknown suite $suite (criterion memory redis reload axum gateway config resp)" >&2; exit 2 ;;
+    *) echo "unknown suite $suite (criterion envoy memory redis reload axum gateway config resp grpc)" >&2; exit 2 ;;
   esac
 done
 echo "== results in $out"
