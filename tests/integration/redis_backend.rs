@@ -83,6 +83,18 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
             [knock("m", 5, 0), vec![Wait(1_000)], knock("m", 12, 400)].concat(),
         ),
         (
+            "gcra: intervals that are not whole microseconds (3/2s, 7/s)",
+            "\"/\" = { rate = [\"3/2s\", \"10/min\"] }\nodd = { rate = \"7/s\", strict = true }\n",
+            [
+                knock("t", 4, 0),
+                vec![Wait(700), Check("t", 1), Peek("t")],
+                knock("odd/o", 9, 0),
+                vec![Wait(143), Check("odd/o", 1), Wait(1_000)],
+                knock("t", 6, 333),
+            ]
+            .concat(),
+        ),
+        (
             "sliding window",
             "\"/\" = { rate = \"4/s\", algorithm = \"sliding-window\" }\n",
             [knock("w", 6, 0), knock("w", 12, 125), vec![Peek("w")]].concat(),

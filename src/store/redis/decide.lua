@@ -1,21 +1,28 @@
 -- tollgate: one rate-limit decision, atomically, in one round trip.
 --
--- The same arithmetic as the in-memory engines (src/algorithm/gcra.rs, window.rs), in
--- microseconds: Lua numbers are doubles, exact for integers below 2^53 (285 years of
--- microseconds), and Redis's TIME has microsecond resolution anyway.
+-- The same arithmetic as the in-memory engines (src/algorithm/gcra.rs, window.rs). Lua
+-- numbers are doubles, exact for integers below 2^53. GCRA works in integer nanoseconds
+-- relative to now (exact for debts under 104 days), as the in-memory engine does: an
+-- emission interval such as 3/2s (666,666,666 ns) is not a whole number of microseconds,
+-- and a fraction added to an absolute time of ~1.7e15 us would be rounded to a quarter of
+-- a microsecond. Absolute times are therefore kept as whole microseconds plus a remainder
+-- in nanoseconds. Windows work in microseconds (periods are whole microseconds).
 --
 -- KEYS[1]  the bucket
--- ARGV[1]  now in microseconds, or "" to read the server's TIME
+-- ARGV[1]  now: "US" or "US:NS" (microseconds since the epoch, and nanoseconds more), or
+--          "" to read the server's TIME
 -- ARGV[2]  mode: "c" consume, "p" peek, "g" charge (take even past empty)
 -- ARGV[3]  cost
 -- ARGV[4]  strict: "1" or "0" (GCRA only)
--- ARGV[5]  algorithm: "g" GCRA, "s" sliding window, "f" fixed window
+-- ARGV[5]  algorithm: "G" GCRA, "s" sliding window, "f" fixed window
 -- ARGV[6]  number of quotas n, then n triples:
---          GCRA: interval (us), capacity = burst x interval (us), burst
+--          GCRA: interval (ns), capacity = burst x interval (ns), burst
 --          windows: period (us), limit (count per period), 0
 --
 -- State (a string, one key per bucket): algorithm, n, then per quota four numbers:
---   GCRA: interval, TAT, 0, 0        windows: period, window start, previous, current
+--   GCRA ("G"): interval (ns), TAT (whole us), TAT's remainder (ns), 0
+--   windows: period (us), window start (us), previous, current
+--   (an earlier build's GCRA, "g": interval (us), TAT (us), 0, 0 — still read)
 -- A state measured by other quotas or another algorithm (a reload changed the rule) is
 -- carried over: the units a client used stay used.
 --
@@ -26,12 +33,18 @@
 -- (a window's crossing time is a fraction of a microsecond, as in memory).
 -- The key expires when the bucket would be full again; a full bucket is deleted.
 
-local now
+-- now (whole microseconds) and now_ns (nanoseconds more, 0..999).
+local now, now_ns
 if ARGV[1] == "" then
   local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now, now_ns = tonumber(t[1]) * 1000000 + tonumber(t[2]), 0
 else
-  now = tonumber(ARGV[1])
+  local us, ns = string.match(ARGV[1], "^(%d+):?(%d*)$")
+  now, now_ns = tonumber(us), tonumber(ns) or 0
+end
+-- Nanoseconds from now until the absolute time (us, ns).
+local function from_now(us, ns)
+  return (us - now) * 1000 + (ns - now_ns)
 end
 local mode, cost, strict, alg = ARGV[2], tonumber(ARGV[3]), ARGV[4] == "1", ARGV[5]
 local n = tonumber(ARGV[6])
@@ -65,7 +78,9 @@ end
 
 -- Units a stored quota has used as of now, whatever measured it.
 local function used(o)
-  if old.alg == "g" then
+  if old.alg == "G" then
+    return math.max(from_now(o.x, o.y), 0) / math.max(o.tag, 1)
+  elseif old.alg == "g" then
     return math.max(o.x - now, 0) / math.max(o.tag, 1)
   end
   local p = math.max(o.tag, 1)
@@ -80,7 +95,8 @@ local function used(o)
   return 0
 end
 
--- This request's state: what is stored, carried over, or fresh.
+-- This request's state: what is stored, carried over, or fresh. For GCRA, d is the debt:
+-- nanoseconds from now until the quota is full again (0 or less: full).
 local s = {}
 local fits = old ~= nil and old.alg == alg and old.n == n
 if fits then
@@ -89,13 +105,15 @@ if fits then
   end
 end
 for i = 1, n do
-  s[i] = { x = 0, y = 0, z = 0 }
+  s[i] = { x = 0, y = 0, z = 0, d = 0 }
 end
 if fits then
   for i = 1, n do
-    s[i] = { x = old.q[i].x, y = old.q[i].y, z = old.q[i].z }
+    local o = old.q[i]
+    s[i] = { x = o.x, y = o.y, z = o.z, d = 0 }
+    if alg == "G" then s[i].d = from_now(o.x, o.y) end
   end
-elseif old ~= nil and alg == "g" and old.alg == "g" then
+elseif old ~= nil and alg == "G" and old.alg == "G" then
   -- Within GCRA: each quota inherits from the old quota of the closest interval.
   for i = 1, n do
     local best, best_distance = nil, nil
@@ -107,8 +125,9 @@ elseif old ~= nil and alg == "g" and old.alg == "g" then
         best, best_distance = old.q[j], distance
       end
     end
-    if best ~= nil and best.x > now and best.tag > 0 then
-      s[i].x = now + math.floor((best.x - now) * q[i].a / best.tag)
+    if best ~= nil and best.tag > 0 then
+      local debt = from_now(best.x, best.y)
+      if debt > 0 then s[i].d = math.floor(debt * q[i].a / best.tag) end
     end
   end
 elseif old ~= nil then
@@ -117,8 +136,8 @@ elseif old ~= nil then
     local o = old.q[math.min(i, old.n)]
     local units = o and used(o) or 0
     if units > 0 then
-      if alg == "g" then
-        s[i].x = now + math.floor(units * q[i].a)
+      if alg == "G" then
+        s[i].d = math.floor(units * q[i].a)
       else
         s[i].x = now - now % q[i].a
         s[i].z = math.ceil(units)
@@ -131,9 +150,9 @@ local reply = {}
 local allowed = true
 local reset = 0
 
-if alg == "g" then
+if alg == "G" then
   local function refuses(i)
-    return math.max(s[i].x, now) + cost * q[i].a - now > q[i].b
+    return math.max(s[i].d, 0) + cost * q[i].a > q[i].b
   end
   for i = 1, n do
     if refuses(i) then allowed = false end
@@ -141,26 +160,24 @@ if alg == "g" then
   if not allowed and strict and mode == "c" then
     for i = 1, n do
       if refuses(i) then
-        local held = math.max(now + q[i].a + q[i].b - cost * q[i].a, 0)
-        s[i].x = math.max(s[i].x, held)
+        s[i].d = math.max(s[i].d, q[i].a + q[i].b - cost * q[i].a)
       end
     end
   end
   local take = (mode == "c" and allowed) or mode == "g"
   for i = 1, n do
-    local start = math.max(s[i].x, now)
+    local start = math.max(s[i].d, 0)
     local taken = start + cost * q[i].a
-    local state = start
+    local debt = start
     if take then
-      state = taken
-      s[i].x = taken
+      debt = taken
+      s[i].d = taken
     end
-    local debt = state - now
     reset = math.max(reset, debt)
     local retry = 0
-    if not allowed then retry = math.max(taken - q[i].b - now, 0) end
-    reply[#reply + 1] = math.floor(debt * 1000 + 0.5)
-    reply[#reply + 1] = math.floor(retry * 1000 + 0.5)
+    if not allowed then retry = math.max(taken - q[i].b, 0) end
+    reply[#reply + 1] = debt
+    reply[#reply + 1] = retry
     reply[#reply + 1] = 0
   end
 else
@@ -223,8 +240,12 @@ if mode ~= "p" then
   for i = 1, n do
     local p = q[i].a
     local left = 0
-    if alg == "g" then
-      left = s[i].x - now
+    if alg == "G" then
+      -- Back to an absolute time: whole microseconds and the nanoseconds more.
+      local total = now_ns + math.max(s[i].d, 0)
+      local whole = math.floor(total / 1000)
+      s[i].x, s[i].y, s[i].z = now + whole, total - whole * 1000, 0
+      left = math.ceil(s[i].d / 1000)
     elseif alg == "s" then
       if s[i].y > 0 or s[i].z > 0 then left = s[i].x + 2 * p - now end
     elseif s[i].z > 0 then
@@ -240,7 +261,6 @@ if mode ~= "p" then
   end
 end
 
-if alg == "g" then reset = math.floor(reset * 1000 + 0.5) end
 table.insert(reply, 1, reset)
 table.insert(reply, 1, allowed and 1 or 0)
 return reply

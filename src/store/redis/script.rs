@@ -30,7 +30,10 @@ pub(super) fn script_args(
     quotas: &[Quota],
 ) -> Vec<String> {
     let mut args = Vec::with_capacity(6 + 3 * quotas.len());
-    args.push(now.map_or_else(String::new, |t| (t.as_unix_nanos() / 1_000).to_string()));
+    args.push(now.map_or_else(String::new, |t| {
+        let nanos = t.as_unix_nanos();
+        format!("{}:{}", nanos / 1_000, nanos % 1_000)
+    }));
     args.push(
         match mode {
             CheckMode::Consume | CheckMode::Session => "c",
@@ -45,7 +48,7 @@ pub(super) fn script_args(
         match algorithm {
             // Caller-defined (discrete-refill) buckets never reach Redis: RedisStore::check
             // keeps them in its local store. Were one sent, it would be a GCRA bucket.
-            Algorithm::Gcra | Algorithm::DiscreteRefill => "g",
+            Algorithm::Gcra | Algorithm::DiscreteRefill => "G",
             Algorithm::SlidingWindow => "s",
             Algorithm::FixedWindow => "f",
         }
@@ -55,8 +58,8 @@ pub(super) fn script_args(
     for quota in quotas {
         match algorithm {
             Algorithm::Gcra | Algorithm::DiscreteRefill => {
-                args.push(micros(quota.interval_nanos()));
-                args.push(micros(quota.capacity_nanos()));
+                args.push(quota.interval_nanos().to_string());
+                args.push(quota.capacity_nanos().to_string());
                 args.push(quota.burst().to_string());
             }
             Algorithm::SlidingWindow | Algorithm::FixedWindow => {
@@ -119,7 +122,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn arguments_are_exact_microseconds() {
+    fn arguments_are_exact() {
         let quota = Quota::new("3/s".parse().unwrap(), NonZeroU32::new(3).unwrap()).unwrap();
         let args = script_args(
             Some(Timestamp::from_unix_nanos(1_500_000_999)),
@@ -132,14 +135,14 @@ mod tests {
         assert_eq!(
             args,
             [
-                "1500000",
+                "1500000:999",
                 "g",
                 "2",
                 "1",
-                "g",
+                "G",
                 "1",
-                "333333.333",
-                "999999.999",
+                "333333333",
+                "999999999",
                 "3"
             ]
         );
