@@ -54,7 +54,7 @@ pub(crate) struct RawStore {
     pub(crate) snapshot: Option<Spanned<String>>,
     pub(crate) snapshot_interval: Option<Spanned<String>>,
     pub(crate) backend: Option<Spanned<String>>,
-    pub(crate) url: Option<Spanned<String>>,
+    pub(crate) url: Option<Spanned<OneOrMany<String>>>,
     pub(crate) key_prefix: Option<Spanned<String>>,
     pub(crate) timeout: Option<Spanned<String>>,
     pub(crate) connections: Option<Spanned<i64>>,

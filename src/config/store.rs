@@ -55,6 +55,8 @@ pub enum Backend {
     Memory,
     /// `"redis"`: in a Redis server shared by several instances.
     Redis,
+    /// `"redis-cluster"`: in a Redis Cluster, spread across its masters by client.
+    RedisCluster,
 }
 
 /// What a decision does when the Redis backend cannot answer in time.
@@ -76,8 +78,13 @@ pub enum OnBackendError {
 #[non_exhaustive]
 pub struct RedisSettings {
     /// Where Redis is (`url`, default `redis://127.0.0.1:6379`; `rediss://` for TLS is
-    /// accepted by the parser but this build speaks plain TCP).
+    /// accepted by the parser but this build speaks plain TCP). For a cluster, the first
+    /// of [`nodes`](Self::nodes).
     pub url: String,
+    /// Every URL `url` names: one for a single server; for a Redis Cluster, the seed nodes
+    /// the client learns the cluster's topology from (one is enough, more ride out a dead
+    /// seed at start).
+    pub nodes: Vec<String>,
     /// Prepended to every bucket key (`key_prefix`, default `tollgate:`), so several
     /// deployments can share a server.
     pub key_prefix: String,
@@ -122,6 +129,7 @@ impl Default for RedisSettings {
     fn default() -> Self {
         RedisSettings {
             url: "redis://127.0.0.1:6379".into(),
+            nodes: vec!["redis://127.0.0.1:6379".into()],
             key_prefix: "tollgate:".into(),
             timeout: Duration::from_millis(50),
             connections: 2,
@@ -190,17 +198,30 @@ impl StoreSettings {
             match backend.get_ref().as_str() {
                 "memory" => self.backend = Backend::Memory,
                 "redis" if cfg!(feature = "redis") => self.backend = Backend::Redis,
-                "redis" => out.push(source.at(
+                "redis-cluster" if cfg!(feature = "redis") => self.backend = Backend::RedisCluster,
+                name @ ("redis" | "redis-cluster") => out.push(source.at(
                     backend.span(),
-                    "backend \"redis\" needs tollgate built with its `redis` feature",
+                    format!("backend \"{name}\" needs tollgate built with its `redis` feature"),
                 )),
                 other => out.push(source.at(
                     backend.span(),
-                    format!("backend must be \"memory\" or \"redis\", found \"{other}\""),
+                    format!(
+                        "backend must be \"memory\", \"redis\" or \"redis-cluster\", found \"{other}\""
+                    ),
                 )),
             }
         }
         self.apply_redis(source, raw, out, duration, count);
+        if self.backend != Backend::RedisCluster
+            && self.redis.nodes.len() > 1
+            && let Some(url) = &raw.url
+        {
+            out.push(source.at(
+                url.span(),
+                "url lists several servers, which only backend = \"redis-cluster\" uses (its seed \
+                 nodes); a single Redis takes one url",
+            ));
+        }
     }
 
     fn apply_redis(
@@ -213,15 +234,33 @@ impl StoreSettings {
     ) {
         let redis = &mut self.redis;
         if let Some(url) = &raw.url {
-            let text = url.get_ref().trim();
-            let schemes = ["redis://", "rediss://", "unix://", "redis+unix://"];
-            if schemes.iter().any(|scheme| text.starts_with(scheme)) {
-                redis.url = text.to_owned();
-            } else {
-                out.push(source.at(
+            let mut nodes = Vec::new();
+            let mut valid = true;
+            for (text, span) in &url.get_ref().0 {
+                let text = text.trim();
+                let schemes = ["redis://", "rediss://", "unix://", "redis+unix://"];
+                if schemes.iter().any(|scheme| text.starts_with(scheme)) {
+                    nodes.push(text.to_owned());
+                } else {
+                    valid = false;
+                    out.push(source.at(
+                        span.clone().unwrap_or_else(|| url.span()),
+                        format!(
+                            "url \"{text}\" is not a Redis URL like \"redis://127.0.0.1:6379\""
+                        ),
+                    ));
+                }
+            }
+            match nodes.first() {
+                Some(first) if valid => {
+                    redis.url.clone_from(first);
+                    redis.nodes = nodes;
+                }
+                None if valid => out.push(source.at(
                     url.span(),
-                    format!("url \"{text}\" is not a Redis URL like \"redis://127.0.0.1:6379\""),
-                ));
+                    "url is an empty list: name at least one Redis server",
+                )),
+                _ => {}
             }
         }
         if let Some(prefix) = &raw.key_prefix {
@@ -281,7 +320,7 @@ mod tests {
                     breaker_failures = -1\n[limits]\n\"/\" = \"1/s\"\n";
         let error = crate::Limits::from_toml(text).unwrap_err().to_string();
         for expected in [
-            "<inline>:2:11: backend must be \"memory\" or \"redis\", found \"etcd\"",
+            "<inline>:2:11: backend must be \"memory\", \"redis\" or \"redis-cluster\", found \"etcd\"",
             "<inline>:3:7: url \"http://x\" is not a Redis URL",
             "<inline>:4:14: key_prefix must be at most 64 bytes without '{' or '}'",
             "<inline>:5:11: timeout \"soon\" is not a duration",
@@ -294,5 +333,42 @@ mod tests {
                 "missing {expected:?} in:\n{error}"
             );
         }
+    }
+
+    #[test]
+    fn a_cluster_takes_a_list_of_seed_nodes_and_a_single_server_one_url() {
+        let settings = |text: &str| {
+            crate::Limits::from_toml(&format!("[store]\n{text}\n[limits]\n\"/\" = \"1/s\"\n"))
+                .map(|limits| limits.rules().store().clone())
+        };
+        let cluster = settings(
+            "backend = \"redis-cluster\"\nurl = [\"redis://10.0.0.1:7000\", \"redis://10.0.0.2:7000\"]",
+        )
+        .unwrap();
+        assert_eq!(cluster.backend, super::Backend::RedisCluster);
+        assert_eq!(cluster.redis.url, "redis://10.0.0.1:7000");
+        assert_eq!(cluster.redis.nodes.len(), 2);
+        let one = settings("backend = \"redis-cluster\"\nurl = \"redis://10.0.0.1:7000\"").unwrap();
+        assert_eq!(one.redis.nodes, ["redis://10.0.0.1:7000"]);
+
+        let error = settings("backend = \"redis\"\nurl = [\"redis://a:1\", \"redis://b:1\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("<inline>:3:7: url lists several servers"),
+            "{error}"
+        );
+        let error =
+            settings("backend = \"redis-cluster\"\nurl = [\"redis://a:1\", \"http://b:1\"]")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            error.contains("<inline>:3:23: url \"http://b:1\" is not a Redis URL"),
+            "{error}"
+        );
+        let error = settings("backend = \"redis-cluster\"\nurl = []")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("url is an empty list"), "{error}");
     }
 }

@@ -1,4 +1,5 @@
-//! The store `[store] backend` names: memory or Redis, chosen by configuration.
+//! The store `[store] backend` names: memory, Redis or a Redis Cluster, chosen by
+//! configuration.
 //!
 //! What the gateway uses, and what a library user wants when the deployment, not the
 //! code, decides where buckets live. The backend is chosen when the limiter is built
@@ -119,12 +120,18 @@ impl Store for BackendStore {
         let wanted = rules.store().backend;
         let chosen = *self.chosen.get_or_init(|| {
             #[cfg(feature = "redis")]
-            if wanted == Backend::Redis {
-                match RedisStore::new(&rules.store().redis) {
+            if matches!(wanted, Backend::Redis | Backend::RedisCluster) {
+                let settings = &rules.store().redis;
+                let store = if wanted == Backend::RedisCluster {
+                    RedisStore::cluster(settings)
+                } else {
+                    RedisStore::new(settings)
+                };
+                match store {
                     Ok(redis) => {
-                        tracing::info!(url = %rules.store().redis.url, "buckets live in Redis");
+                        tracing::info!(nodes = ?settings.nodes, backend = ?wanted, "buckets live in Redis");
                         let _ = self.redis.set(redis);
-                        return Backend::Redis;
+                        return wanted;
                     }
                     Err(error) => {
                         tracing::error!(%error, "Redis backend unusable; buckets stay in memory");

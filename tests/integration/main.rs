@@ -20,6 +20,7 @@ mod hyper_server;
 mod layer_http;
 mod modes;
 mod redis_backend;
+mod redis_cluster;
 mod redis_headers;
 mod reload;
 mod remote_config;

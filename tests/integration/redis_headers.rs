@@ -60,9 +60,12 @@ async fn memory_and_redis_send_the_same_headers_for_multi_quota_rules() {
         "rate = [\"2/s\", \"5/min\"], algorithm = \"fixed-window\"",
     ];
     // Bursts, partial refills, waits that cross windows.
-    let waits = [0, 0, 0, 0, 250, 400, 0, 700, 0, 0, 1_500, 333, 333, 334, 0, 2_000, 0];
+    let waits = [
+        0, 0, 0, 0, 250, 400, 0, 700, 0, 0, 1_500, 333, 333, 334, 0, 2_000, 0,
+    ];
     for (index, rule) in rules.iter().enumerate() {
-        let limits_table = format!("[response]\nheaders = \"both\"\n[limits]\n\"/\" = {{ {rule} }}\n");
+        let limits_table =
+            format!("[response]\nheaders = \"both\"\n[limits]\n\"/\" = {{ {rule} }}\n");
 
         let memory_clock = FakeClock::new();
         let memory = Limits::builder()
@@ -118,7 +121,10 @@ async fn a_new_clients_first_request_reports_the_tighter_quota_on_the_servers_cl
     let from_memory = send(serve(app(memory)).await, "/", &[]).await;
     let from_redis = send(serve(app(redis)).await, "/", &[]).await;
     assert_eq!(from_memory.header("ratelimit"), Some("\"/\";r=2;t=1"));
-    assert_eq!(from_redis.header("ratelimit"), from_memory.header("ratelimit"));
+    assert_eq!(
+        from_redis.header("ratelimit"),
+        from_memory.header("ratelimit")
+    );
     assert_eq!(
         from_redis.header("ratelimit-policy"),
         from_memory.header("ratelimit-policy")

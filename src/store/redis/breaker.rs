@@ -19,15 +19,31 @@ pub(super) struct Breaker {
     open_until: AtomicU64,
     origin: Instant,
     open_gauge: metrics::Gauge,
+    /// The Redis Cluster slots this breaker guards (`None`: the one server).
+    slots: Option<String>,
 }
 
 impl Breaker {
+    /// The breaker of the one Redis server.
     pub(super) fn new() -> Breaker {
         Breaker {
             failures: AtomicU32::new(0),
             open_until: AtomicU64::new(0),
             origin: Instant::now(),
             open_gauge: metrics::gauge!("tollgate_backend_breaker_open"),
+            slots: None,
+        }
+    }
+
+    /// The breaker of one Redis Cluster shard: the master (and, after a failover, the
+    /// replica) serving `slots` (`"0-5460"`), its gauge labelled with them.
+    pub(super) fn for_slots(slots: &str) -> Breaker {
+        Breaker {
+            failures: AtomicU32::new(0),
+            open_until: AtomicU64::new(0),
+            origin: Instant::now(),
+            open_gauge: metrics::gauge!("tollgate_backend_breaker_open", "slots" => slots.to_owned()),
+            slots: Some(slots.to_owned()),
         }
     }
 
@@ -59,7 +75,10 @@ impl Breaker {
         self.failures.store(0, Ordering::Release);
         if self.open_until.swap(0, Ordering::AcqRel) != 0 {
             self.open_gauge.set(0.0);
-            tracing::info!("rate-limit backend answering again; breaker closed");
+            tracing::info!(
+                slots = self.slots.as_deref().unwrap_or("all"),
+                "rate-limit backend answering again; breaker closed"
+            );
         }
     }
 

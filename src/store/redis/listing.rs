@@ -1,8 +1,10 @@
 //! The `/buckets` listing against Redis: which keys are this store's buckets, and what
 //! each holds now, without changing any.
 
+use redis::Value;
+
 use super::keys::parse_bucket_key;
-use super::pool::Pool;
+use super::pool::{Connection, Pool};
 use super::script::{SCRIPT, decision_from, script_args};
 use crate::Quota;
 use crate::algorithm::{Algorithm, CheckMode};
@@ -26,8 +28,90 @@ fn escape_glob(text: &str) -> String {
     escaped
 }
 
-/// The `/buckets` listing: `SCAN` of this store's keys (at most [`MAX_LISTED`]), then one
-/// pipeline peeking every bucket of a known rule under the asked prefix.
+/// This store's keys, at most [`MAX_LISTED`]: `SCAN` of the one server, or of every
+/// master of a cluster in turn.
+async fn scan(connection: &mut Connection, pattern: &str) -> redis::RedisResult<Vec<String>> {
+    let masters = match connection {
+        Connection::Single(_) => vec![None],
+        Connection::Cluster(_) => {
+            let slots: Value = redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query_async(connection)
+                .await?;
+            masters(&slots).into_iter().map(Some).collect()
+        }
+    };
+    let mut keys: Vec<String> = Vec::new();
+    for master in masters {
+        let mut cursor: u64 = 0;
+        loop {
+            let mut command = redis::cmd("SCAN");
+            command
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1_000);
+            let (next, batch): (u64, Vec<String>) = match (&mut *connection, &master) {
+                (Connection::Cluster(cluster), Some((host, port))) => {
+                    let routing = redis::cluster_routing::RoutingInfo::SingleNode(
+                        redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+                            host: host.clone(),
+                            port: *port,
+                        },
+                    );
+                    redis::from_redis_value(cluster.route_command(command, routing).await?)?
+                }
+                _ => command.query_async(&mut *connection).await?,
+            };
+            keys.extend(batch);
+            cursor = next;
+            if cursor == 0 || keys.len() >= MAX_LISTED {
+                break;
+            }
+        }
+        if keys.len() >= MAX_LISTED {
+            break;
+        }
+    }
+    keys.truncate(MAX_LISTED);
+    Ok(keys)
+}
+
+/// The masters in a `CLUSTER SLOTS` reply, each once.
+fn masters(reply: &Value) -> Vec<(String, u16)> {
+    let mut found: Vec<(String, u16)> = Vec::new();
+    let Value::Array(ranges) = reply else {
+        return found;
+    };
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            continue;
+        };
+        let Some(Value::Array(node)) = fields.get(2) else {
+            continue;
+        };
+        let host = match node.first() {
+            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+            Some(Value::SimpleString(host)) => host.clone(),
+            _ => continue,
+        };
+        let Some(Value::Int(port)) = node.get(1) else {
+            continue;
+        };
+        if let Ok(port) = u16::try_from(*port)
+            && !found.iter().any(|(h, p)| *h == host && *p == port)
+        {
+            found.push((host, port));
+        }
+    }
+    found
+}
+
+/// The `/buckets` listing: `SCAN` of this store's keys (at most [`MAX_LISTED`]), then a
+/// peek of every bucket of a known rule under the asked prefix — one pipeline on one
+/// server; on a cluster, one small pipeline per bucket (its slot's node), all in flight
+/// at once.
 pub(super) async fn list(
     pool: &Pool,
     settings: &RedisSettings,
@@ -36,24 +120,7 @@ pub(super) async fn list(
 ) -> redis::RedisResult<Vec<BucketRow>> {
     let mut connection = pool.connection(settings).await?;
     let pattern = format!("{}*", escape_glob(&settings.key_prefix));
-    let mut keys: Vec<String> = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1_000)
-            .query_async(&mut connection)
-            .await?;
-        keys.extend(batch);
-        cursor = next;
-        if cursor == 0 || keys.len() >= MAX_LISTED {
-            break;
-        }
-    }
-    keys.truncate(MAX_LISTED);
+    let keys = scan(&mut connection, &pattern).await?;
 
     struct Candidate<'r> {
         display: String,
@@ -62,8 +129,7 @@ pub(super) async fn list(
         quotas: &'r [Quota],
     }
     let now = caller_time.then_some(query.now);
-    let mut pipeline = redis::pipe();
-    pipeline.cmd("SCRIPT").arg("LOAD").arg(SCRIPT).ignore();
+    let mut pipelines = vec![redis::pipe()];
     let mut candidates = Vec::new();
     for key in &keys {
         let Some((rule_key, client)) = parse_bucket_key(&settings.key_prefix, key) else {
@@ -84,6 +150,12 @@ pub(super) async fn list(
         if !display.starts_with(query.prefix.as_str()) {
             continue;
         }
+        if pool.is_cluster() {
+            pipelines.push(redis::pipe());
+        }
+        let Some(pipeline) = pipelines.last_mut() else {
+            continue;
+        };
         pipeline.cmd("OBJECT").arg("IDLETIME").arg(key);
         pipeline
             .cmd("EVALSHA")
@@ -108,7 +180,13 @@ pub(super) async fn list(
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    let replies: Vec<redis::Value> = pipeline.query_async(&mut connection).await?;
+    // The script is loaded everywhere first (on a cluster, SCRIPT LOAD goes to every node).
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(SCRIPT)
+        .query_async::<String>(&mut connection)
+        .await?;
+    let replies = peek_all(&connection, pipelines).await?;
     let mut top = TopRows::new(query.sort, query.limit);
     let now_ns = query.now.as_unix_nanos();
     for (candidate, pair) in candidates.into_iter().zip(replies.chunks_exact(2)) {
@@ -136,4 +214,39 @@ pub(super) async fn list(
         });
     }
     Ok(top.finish())
+}
+
+/// Every pipeline's replies, in order: the non-empty pipelines all in flight at once.
+async fn peek_all(
+    connection: &Connection,
+    pipelines: Vec<redis::Pipeline>,
+) -> redis::RedisResult<Vec<Value>> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, pipeline) in pipelines.into_iter().enumerate() {
+        if pipeline.is_empty() {
+            continue;
+        }
+        let mut connection = connection.clone();
+        tasks.spawn(async move {
+            let replies: redis::RedisResult<Vec<Value>> =
+                pipeline.query_async(&mut connection).await;
+            (index, replies)
+        });
+    }
+    let mut answered = Vec::with_capacity(tasks.len());
+    while let Some(joined) = tasks.join_next().await {
+        let (index, replies) = joined.map_err(|error| {
+            redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "a listing task failed",
+                error.to_string(),
+            ))
+        })?;
+        answered.push((index, replies?));
+    }
+    answered.sort_by_key(|(index, _)| *index);
+    Ok(answered
+        .into_iter()
+        .flat_map(|(_, replies)| replies)
+        .collect())
 }

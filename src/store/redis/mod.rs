@@ -6,17 +6,29 @@
 //! that does not know it (restarted, `SCRIPT FLUSH`ed) answers `NOSCRIPT` and the `redis`
 //! crate loads it and retries, transparently. Time is the Redis server's `TIME`, so
 //! instances with skewed clocks agree. Each bucket key expires when the bucket would be
-//! full again, so idle buckets vanish by themselves and nothing needs sweeping. Keys are
-//! hash-tagged for Redis Cluster (see `keys`).
+//! full again, so idle buckets vanish by themselves and nothing needs sweeping.
+//!
+//! # Redis Cluster
+//!
+//! [`RedisStore::cluster`] (`backend = "redis-cluster"`) uses the `redis` crate's async
+//! cluster client: it follows `MOVED`/`ASK`, refreshes its slot map and reconnects, with
+//! retries tuned to milliseconds (`pool`). A bucket is one key, hash-tagged by rule and
+//! client (`keys`), so every quota of a rule for a client is in one slot — one script, one
+//! round trip, no `CROSSSLOT` — and clients spread over every master. The breaker and the
+//! error count are per shard (`shards`): a dead master sends only its slots to
+//! `on_backend_error` until its replica is promoted.
 //!
 //! # The arithmetic
 //!
-//! The script is the in-memory engines' arithmetic (`src/algorithm/`) transcribed to Lua,
-//! in microseconds: Lua's numbers are doubles, exact for integers below 2⁵³, and `TIME`
-//! has microsecond resolution. For rates whose emission interval is a whole number of
-//! microseconds (`10/s`, `100/min`, `5/h`, …) decisions are identical to the in-memory
-//! store's, which the shared test matrix checks; others agree to the microsecond. State
-//! carries over across reloads that change a rule, as in memory.
+//! The script is the in-memory engines' arithmetic (`src/algorithm/`) transcribed to Lua.
+//! Lua's numbers are doubles, exact for integers below 2⁵³. GCRA works as the in-memory
+//! engine does, in integer nanoseconds — relative to now, so that an emission interval
+//! that is not a whole number of microseconds (`3/2s`: 666,666,666 ns) is not rounded
+//! against an absolute time of 10¹⁵ µs — with absolute times stored as whole microseconds
+//! plus a nanosecond remainder. Windows work in microseconds. Decisions, and so every
+//! header, are identical to the in-memory store's for the same instants, which the shared
+//! test matrix checks (GCRA debts up to 104 days; beyond, they agree to a few nanoseconds).
+//! State carries over across reloads that change a rule, as in memory.
 //!
 //! # When Redis fails
 //!
@@ -56,21 +68,22 @@ mod keys;
 mod listing;
 mod pool;
 mod script;
+mod shards;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
-use self::breaker::Breaker;
 use self::keys::RuleKeys;
 use self::listing::list;
 use self::pool::Pool;
 use self::script::{decision_from, script_args};
+use self::shards::{Shard, Shards};
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, MemoryStore, RuleId,
     Store, StoreError,
@@ -84,6 +97,8 @@ use crate::key::Client;
 
 /// Failures are logged at most once per this many seconds.
 const LOG_EVERY_SECS: u64 = 5;
+/// A cluster's slot table is read again at least this often while decisions flow.
+const SHARDS_EVERY_SECS: u64 = 30;
 
 /// The Redis bucket store: cheap to clone, every clone the same store.
 ///
@@ -107,11 +122,13 @@ struct Inner {
     rules: ArcSwap<RuleKeys>,
     /// The ids of the rule set configured last, whose keys the next generation keeps.
     current: Mutex<Vec<RuleId>>,
-    breaker: Breaker,
+    /// Breakers and error counters: one, or one per cluster shard.
+    shards: Shards,
     local: MemoryStore,
     caller_time: AtomicBool,
-    errors: metrics::Counter,
     fallbacks: metrics::Counter,
+    /// The monotonic clock failures are logged and the shard table refreshed by.
+    started: Instant,
     last_log: AtomicU64,
     suppressed: AtomicU64,
 }
@@ -127,21 +144,55 @@ impl RedisStore {
             redis::Client::open(settings.url.as_str()).map_err(|error| StoreError::Invalid {
                 reason: format!("Redis URL \"{}\": {error}", settings.url),
             })?;
-        Ok(RedisStore {
+        Ok(RedisStore::with(
+            Pool::single(client),
+            Shards::single(),
+            settings,
+        ))
+    }
+
+    /// A store for the Redis Cluster whose seed nodes `settings.nodes` lists (one is
+    /// enough). Nothing connects yet: the first decision does, inside the caller's tokio
+    /// runtime. Fails only on a malformed URL.
+    ///
+    /// ```
+    /// use tollgate::config::RedisSettings;
+    /// use tollgate::store::RedisStore;
+    ///
+    /// let mut settings = RedisSettings::default();
+    /// settings.nodes = vec!["redis://10.0.0.1:7000".into(), "redis://10.0.0.2:7000".into()];
+    /// let store = RedisStore::cluster(&settings)?;
+    /// assert!(store.is_cluster());
+    /// # Ok::<(), tollgate::store::StoreError>(())
+    /// ```
+    pub fn cluster(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
+        let pool = Pool::cluster(settings).map_err(|error| StoreError::Invalid {
+            reason: format!("Redis Cluster nodes {:?}: {error}", settings.nodes),
+        })?;
+        Ok(RedisStore::with(pool, Shards::cluster(), settings))
+    }
+
+    fn with(pool: Pool, shards: Shards, settings: &RedisSettings) -> RedisStore {
+        RedisStore {
             inner: Arc::new(Inner {
-                pool: Pool::new(client),
+                pool,
                 settings: ArcSwap::from_pointee(settings.clone()),
                 rules: ArcSwap::from_pointee(RuleKeys::default()),
                 current: Mutex::new(Vec::new()),
-                breaker: Breaker::new(),
+                shards,
                 local: MemoryStore::new(),
                 caller_time: AtomicBool::new(false),
-                errors: metrics::counter!("tollgate_backend_errors_total"),
                 fallbacks: metrics::counter!("tollgate_backend_fallbacks_total"),
+                started: Instant::now(),
                 last_log: AtomicU64::new(0),
                 suppressed: AtomicU64::new(0),
             }),
-        })
+        }
+    }
+
+    /// Whether this store talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.pool.is_cluster()
     }
 
     /// Decides at the time each request carries (the limiter's clock, or `check_at`'s
@@ -156,16 +207,21 @@ impl RedisStore {
         &self.inner.local
     }
 
-    /// Whether the circuit breaker is open: decisions are skipping Redis.
+    /// Whether a circuit breaker is open: decisions (on a cluster, those of at least one
+    /// shard) are skipping Redis.
     pub fn breaker_open(&self) -> bool {
-        self.inner.breaker.is_open()
+        self.inner
+            .shards
+            .all()
+            .iter()
+            .any(|shard| shard.breaker.is_open())
     }
 }
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("url", &self.inner.settings.load().url)
+            .field("nodes", &self.inner.settings.load().nodes)
             .field("breaker_open", &self.breaker_open())
             .finish_non_exhaustive()
     }
@@ -237,10 +293,10 @@ impl Inner {
         }
     }
 
-    /// Counts a failure and logs it, at most once every [`LOG_EVERY_SECS`].
-    fn report(&self, error: &dyn std::fmt::Display) {
-        self.errors.increment(1);
-        let now = self.breaker.now().as_secs() + LOG_EVERY_SECS;
+    /// Counts a failure against `shard` and logs it, at most once every [`LOG_EVERY_SECS`].
+    fn report(&self, shard: &Shard, error: &dyn std::fmt::Display) {
+        shard.errors.increment(1);
+        let now = self.started.elapsed().as_secs() + LOG_EVERY_SECS;
         let last = self.last_log.load(Ordering::Relaxed);
         if now >= last + LOG_EVERY_SECS
             && self
@@ -257,6 +313,32 @@ impl Inner {
         } else {
             self.suppressed.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// On a cluster, reads the slot table again in the background when it is due: on the
+    /// first decision, every [`SHARDS_EVERY_SECS`], and at most once a second after a
+    /// failure (`failed`).
+    fn refresh_shards(self: &Arc<Self>, failed: bool) {
+        let now = self.started.elapsed().as_secs();
+        let every = if failed { 1 } else { SHARDS_EVERY_SECS };
+        if !self.shards.refresh_due(now, every) {
+            return;
+        }
+        let inner = Arc::clone(self);
+        tokio::spawn(async move {
+            let settings = inner.settings.load_full();
+            let read = async {
+                let mut connection = inner.pool.connection(&settings).await?;
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async::<redis::Value>(&mut connection)
+                    .await
+            };
+            let wait = settings.timeout.max(Duration::from_millis(500));
+            if let Ok(Ok(reply)) = tokio::time::timeout(wait, read).await {
+                inner.shards.update(&reply);
+            }
+        });
     }
 }
 
@@ -277,19 +359,23 @@ impl Store for RedisStore {
             .load()
             .bucket_key(&settings.key_prefix, request.bucket);
         let in_runtime = tokio::runtime::Handle::try_current().is_ok();
-        let now = inner.breaker.now();
         let Some(key) = key.filter(|_| in_runtime) else {
             let reason = if in_runtime {
                 "a rule this store was not configured with"
             } else {
                 "the Redis backend was used outside a tokio runtime"
             };
-            inner.report(&reason);
+            inner.report(&inner.shards.for_key(""), &reason);
             let decision =
                 inner.fallback(&owned, settings.on_backend_error, settings.breaker_cooldown);
             return Box::pin(std::future::ready(Ok(decision)));
         };
-        if !inner.breaker.allows(now, settings.breaker_cooldown) {
+        inner.refresh_shards(false);
+        let shard = inner.shards.for_key(&key);
+        if !shard
+            .breaker
+            .allows(shard.breaker.now(), settings.breaker_cooldown)
+        {
             let decision =
                 inner.fallback(&owned, settings.on_backend_error, settings.breaker_cooldown);
             return Box::pin(std::future::ready(Ok(decision)));
@@ -309,7 +395,7 @@ impl Store for RedisStore {
             let failure = match outcome {
                 Ok(Ok(reply)) => match decision_from(&reply, owned.algorithm, &owned.quotas) {
                     Ok(decision) => {
-                        inner.breaker.succeeded();
+                        shard.breaker.succeeded();
                         return Ok(decision);
                     }
                     Err(error) => error.to_string(),
@@ -317,12 +403,13 @@ impl Store for RedisStore {
                 Ok(Err(error)) => error.to_string(),
                 Err(_) => format!("no answer within {:?}", settings.timeout),
             };
-            inner.breaker.failed(
-                inner.breaker.now(),
+            shard.breaker.failed(
+                shard.breaker.now(),
                 settings.breaker_failures,
                 settings.breaker_cooldown,
             );
-            inner.report(&failure);
+            inner.report(&shard, &failure);
+            inner.refresh_shards(true);
             Ok(inner.fallback(&owned, settings.on_backend_error, settings.breaker_cooldown))
         })
     }
@@ -331,11 +418,12 @@ impl Store for RedisStore {
         let inner = &self.inner;
         let settings = &rules.store().redis;
         let previous = inner.settings.load();
-        if previous.url != settings.url || previous.connections != settings.connections {
+        if previous.nodes != settings.nodes || previous.connections != settings.connections {
             tracing::warn!("[store] url and connections apply at the next restart");
         }
         let mut kept = settings.clone();
         kept.url.clone_from(&previous.url);
+        kept.nodes.clone_from(&previous.nodes);
         kept.connections = previous.connections;
         inner.settings.store(Arc::new(kept));
         let mut current = inner.current.lock();

@@ -1,65 +1,176 @@
-//! The connections to Redis and the decision script on them: a few multiplexed
-//! connections used in turn, made on first use, with the script loaded once up front.
+//! The connections to Redis and the decision script on them: for one server, a few
+//! multiplexed connections used in turn; for a Redis Cluster, the `redis` crate's async
+//! cluster client (one multiplexed connection per node, `MOVED`/`ASK` redirections,
+//! topology refreshes, reconnects). Made on first use, with the script loaded up front.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::script::SCRIPT;
 use crate::config::RedisSettings;
 
+/// Retries the cluster client makes within one request (after a `MOVED` it refreshes its
+/// slot map and retries at once; the waits below apply to connection failures).
+const CLUSTER_RETRIES: u32 = 3;
+/// The cluster client's wait between retries: from 10 ms, doubling, at most 100 ms —
+/// not its defaults (1.28 s to 655 s), which would hold a request through a whole
+/// failover. Every request is bounded by `[store] timeout` anyway.
+const CLUSTER_MIN_RETRY_WAIT_MS: u64 = 10;
+const CLUSTER_MAX_RETRY_WAIT_MS: u64 = 100;
+
+/// What the store connects to.
+enum Target {
+    Single(redis::Client),
+    Cluster(Box<ClusterClient>),
+}
+
+enum Connections {
+    Single(Vec<ConnectionManager>),
+    Cluster(ClusterConnection),
+}
+
+/// One connection to use for a command: to the one server, or to the cluster (routed by
+/// the command's key).
+#[derive(Clone)]
+pub(super) enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(connection) => connection.req_packed_command(cmd),
+            Connection::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+            Connection::Cluster(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(connection) => connection.get_db(),
+            Connection::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
 /// A store's connections and its decision script.
 pub(super) struct Pool {
-    client: redis::Client,
-    connections: tokio::sync::OnceCell<Vec<ConnectionManager>>,
+    target: Target,
+    connections: tokio::sync::OnceCell<Connections>,
     turn: AtomicUsize,
     script: redis::Script,
 }
 
 impl Pool {
-    /// A pool for `client`; nothing connects until the first call.
-    pub(super) fn new(client: redis::Client) -> Pool {
+    /// A pool for one server; nothing connects until the first call.
+    pub(super) fn single(client: redis::Client) -> Pool {
+        Pool::new(Target::Single(client))
+    }
+
+    /// A pool for the Redis Cluster whose seed nodes `settings.nodes` names; nothing
+    /// connects until the first call. Fails only on a malformed URL.
+    pub(super) fn cluster(settings: &RedisSettings) -> redis::RedisResult<Pool> {
+        let client = ClusterClient::builder(settings.nodes.iter().map(String::as_str))
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(CLUSTER_MIN_RETRY_WAIT_MS)
+            .max_retry_wait(CLUSTER_MAX_RETRY_WAIT_MS)
+            .retry_wait_formula(CLUSTER_MIN_RETRY_WAIT_MS, 2)
+            .connection_timeout(connection_timeout(settings))
+            .response_timeout(settings.timeout)
+            .overall_response_timeout(Some(settings.timeout))
+            .build()?;
+        Ok(Pool::new(Target::Cluster(Box::new(client))))
+    }
+
+    fn new(target: Target) -> Pool {
         Pool {
-            client,
+            target,
             connections: tokio::sync::OnceCell::new(),
             turn: AtomicUsize::new(0),
             script: redis::Script::new(SCRIPT),
         }
     }
 
-    /// One of the multiplexed connections, in turn; made (lazily, with the timeouts and
-    /// count `settings` give at that moment) on first use.
+    /// Whether this is a Redis Cluster.
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
+    /// A connection to use: for one server, one of the multiplexed connections in turn.
+    /// Made (lazily, with the timeouts and count `settings` give at that moment) on first
+    /// use; a failed first connection is tried again by the next call.
     pub(super) async fn connection(
         &self,
         settings: &RedisSettings,
-    ) -> redis::RedisResult<ConnectionManager> {
-        let all = self
+    ) -> redis::RedisResult<Connection> {
+        let connections = self
             .connections
-            .get_or_try_init(|| async {
+            .get_or_try_init(|| self.connect(settings))
+            .await?;
+        match connections {
+            Connections::Single(all) => {
+                let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+                all.get(turn % all.len().max(1))
+                    .cloned()
+                    .map(Connection::Single)
+                    .ok_or_else(|| {
+                        redis::RedisError::from((redis::ErrorKind::Client, "no connection"))
+                    })
+            }
+            Connections::Cluster(connection) => Ok(Connection::Cluster(connection.clone())),
+        }
+    }
+
+    async fn connect(&self, settings: &RedisSettings) -> redis::RedisResult<Connections> {
+        let connections = match &self.target {
+            Target::Single(client) => {
                 let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(settings.timeout.max(Duration::from_millis(250))))
+                    .set_connection_timeout(Some(connection_timeout(settings)))
                     .set_response_timeout(Some(settings.timeout))
                     .set_number_of_retries(2)
                     .set_min_delay(Duration::from_millis(20))
                     .set_max_delay(Duration::from_millis(500));
                 let all = (0..settings.connections.max(1))
                     .map(|_| {
-                        ConnectionManager::new_lazy_with_config(self.client.clone(), config.clone())
+                        ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
                     })
                     .collect::<redis::RedisResult<Vec<ConnectionManager>>>()?;
-                // Loaded once up front, so decisions are one EVALSHA each; after a server
-                // restart or SCRIPT FLUSH, NOSCRIPT makes the first decision load it again.
-                if let Some(first) = all.first() {
-                    self.script.load_async(&mut first.clone()).await?;
-                }
-                Ok::<_, redis::RedisError>(all)
-            })
-            .await?;
-        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
-        all.get(turn % all.len().max(1))
-            .cloned()
-            .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Client, "no connection")))
+                Connections::Single(all)
+            }
+            Target::Cluster(client) => Connections::Cluster(client.get_async_connection().await?),
+        };
+        // Loaded once up front (on a cluster, `SCRIPT LOAD` goes to every node), so
+        // decisions are one EVALSHA each; after a server restart, a failover to a replica
+        // that never saw it or a SCRIPT FLUSH, NOSCRIPT makes the decision load it again.
+        let mut first = match &connections {
+            Connections::Single(all) => all.first().cloned().map(Connection::Single),
+            Connections::Cluster(connection) => Some(Connection::Cluster(connection.clone())),
+        };
+        if let Some(connection) = first.as_mut() {
+            self.script.load_async(connection).await?;
+        }
+        Ok(connections)
     }
 
     /// One `EVALSHA` of the decision script on `key` (`EVAL` again after `NOSCRIPT`).
@@ -82,4 +193,10 @@ impl Pool {
     pub(super) fn script_hash(&self) -> &str {
         self.script.get_hash()
     }
+}
+
+/// How long making a connection may take: the decision timeout, but at least 250 ms (a
+/// connection outlives the decision that made it).
+fn connection_timeout(settings: &RedisSettings) -> Duration {
+    settings.timeout.max(Duration::from_millis(250))
 }

@@ -98,6 +98,7 @@ pub fn now_or_never<F: Future>(future: F) -> F::Output {
     }
 }
 pub mod browser;
+pub mod cluster;
 pub mod redis;
 pub mod repository;
 

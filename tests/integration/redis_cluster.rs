@@ -1,0 +1,324 @@
+//! `backend = "redis-cluster"` against a real cluster of six redis-servers (3 masters, 3
+//! replicas): shared budgets, buckets on every master, one slot and one round trip per
+//! decision, the same decisions as memory, and a master killed under traffic.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use http::StatusCode;
+use tollgate::clock::FakeClock;
+use tollgate::store::{BackendStore, BucketQuery, BucketSort, MemoryStore, Store};
+use tollgate::{Limits, RateLimitLayer};
+
+use crate::redis_backend::{run, scenarios, write};
+use crate::support::cluster::{RedisCluster, cluster_nodes};
+use crate::support::{get as send, serve};
+
+/// A `[store]` table for `cluster` under `prefix`, with `url` its seed list.
+fn store_table(url: &str, prefix: &str, extra: &str) -> String {
+    format!(
+        "[store]\nbackend = \"redis-cluster\"\nurl = {url}\nkey_prefix = \"{prefix}:\"\n{extra}\n"
+    )
+}
+
+/// The seed list as TOML: one node, or all of them.
+fn seeds(cluster: &RedisCluster, all: bool) -> String {
+    let urls = cluster.urls();
+    if all {
+        format!(
+            "[{}]",
+            urls.iter()
+                .map(|u| format!("\"{u}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    } else {
+        format!("\"{}\"", urls[0])
+    }
+}
+
+/// Redis Cluster's slot of `key` (CRC16 of its hash tag).
+fn slot(key: &str) -> u16 {
+    let open = key.find('{').unwrap();
+    let close = key[open..].find('}').unwrap() + open;
+    crc16::State::<crc16::XMODEM>::calculate(&key.as_bytes()[open + 1..close]) % 16_384
+}
+
+fn instance(config: &str) -> Limits<BackendStore> {
+    Limits::builder()
+        .store(BackendStore::new())
+        .from_toml(config)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_share_one_budget_and_buckets_land_on_every_master() {
+    let Some(cluster) = RedisCluster::shared("two_gateways_share_one_budget") else {
+        return;
+    };
+    let rule = "[limits]\n\"/\" = \"6/h\"\n";
+    // One seeds with a single node, the other with all six: both find the whole cluster.
+    let a = instance(&format!(
+        "{}{rule}",
+        store_table(&seeds(cluster, false), "shared", "timeout = \"2s\"")
+    ));
+    let b = instance(&format!(
+        "{}{rule}",
+        store_table(&seeds(cluster, true), "shared", "timeout = \"2s\"")
+    ));
+    assert!(a.store().redis().unwrap().is_cluster());
+
+    let mut admitted = 0;
+    for i in 0..12 {
+        let limits = if i % 2 == 0 { &a } else { &b };
+        if limits.check("203.0.113.7", 1).await.unwrap().allowed() {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 6, "two gateways, one budget of 6 an hour");
+
+    for client in 0..90 {
+        assert!(
+            a.check(&format!("10.0.0.{client}"), 1)
+                .await
+                .unwrap()
+                .allowed()
+        );
+    }
+    for limits in [&a, &b] {
+        let redis = limits.store().redis().unwrap();
+        assert!(
+            !redis.breaker_open() && redis.local().is_empty(),
+            "every decision came from the cluster (no MOVED fallback)"
+        );
+    }
+    for master in cluster.masters() {
+        let keys = cluster.keys_on(master, "shared:*");
+        assert!(
+            keys.len() >= 10,
+            "master {master} holds {} of 91 buckets: clients spread over every master",
+            keys.len()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_quota_rule_decides_in_one_slot_in_one_round_trip() {
+    let Some(cluster) = RedisCluster::shared("a_multi_quota_rule_decides_in_one_slot") else {
+        return;
+    };
+    let limits = instance(&format!(
+        "{}[limits]\nlogin = {{ rate = [\"3/2s\", \"10/min\"], algorithm = \"sliding-window\" }}\n\
+         api = {{ rate = [\"5/s\", \"100/h\"] }}\n",
+        store_table(&seeds(cluster, false), "multi", "timeout = \"2s\"")
+    ));
+    // Warm up: connections and the script on every node.
+    limits.check("api/warm", 1).await.unwrap();
+    let before = cluster.command_calls("evalsha");
+    for _ in 0..5 {
+        limits.check("login/198.51.100.4", 1).await.unwrap();
+        limits.check("api/198.51.100.4", 1).await.unwrap();
+    }
+    let calls = cluster.command_calls("evalsha") - before;
+    assert_eq!(calls, 10, "one EVALSHA per decision, whatever the quotas");
+    let redis = limits.store().redis().unwrap();
+    assert!(
+        !redis.breaker_open() && redis.local().is_empty(),
+        "no CROSSSLOT, no fallback"
+    );
+    let keys: Vec<String> = cluster
+        .masters()
+        .into_iter()
+        .flat_map(|master| cluster.keys_on(master, "multi:*198.51.100.4*"))
+        .collect();
+    assert_eq!(keys.len(), 2, "one key per rule and client: {keys:?}");
+    for key in &keys {
+        assert_eq!(cluster.slot(key), slot(key));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_decides_as_memory_does() {
+    let Some(cluster) = RedisCluster::shared("the_cluster_decides_as_memory_does") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (index, (name, rules, steps)) in scenarios().into_iter().enumerate() {
+        let store = store_table(
+            &seeds(cluster, false),
+            &format!("matrix{index}"),
+            "timeout = \"2s\"",
+        );
+        let memory_config = dir.path().join(format!("memory{index}.toml"));
+        write(&memory_config, &format!("[limits]\n{rules}"));
+        let memory_clock = FakeClock::new();
+        let memory = Limits::builder()
+            .store(MemoryStore::new())
+            .clock(memory_clock.clone())
+            .load([&memory_config])
+            .unwrap();
+        let cluster_config = dir.path().join(format!("cluster{index}.toml"));
+        write(&cluster_config, &format!("{store}[limits]\n{rules}"));
+        let cluster_clock = FakeClock::new();
+        let on_cluster = Limits::builder()
+            .store(BackendStore::new())
+            .clock(cluster_clock.clone())
+            .load([&cluster_config])
+            .unwrap();
+        let backend = on_cluster.store().redis().unwrap().clone();
+        backend.use_caller_time(true);
+
+        let expected = run(&memory, &memory_clock, &memory_config, "", &steps).await;
+        let actual = run(&on_cluster, &cluster_clock, &cluster_config, &store, &steps).await;
+        assert!(
+            !backend.breaker_open() && backend.local().is_empty(),
+            "{name}: every decision came from the cluster"
+        );
+        assert_eq!(expected.len(), actual.len());
+        for ((step, want), (_, got)) in expected.iter().zip(&actual) {
+            assert_eq!(want, got, "{name}: {step}");
+        }
+    }
+}
+
+/// A client whose bucket under rule `"/"` and `prefix` lives in the slots of `master`.
+fn clients_on(cluster: &RedisCluster, master: u16, prefix: &str, count: usize) -> Vec<String> {
+    let ranges: Vec<_> = cluster_nodes(cluster.any_port())
+        .into_iter()
+        .filter(|node| node.port == master)
+        .flat_map(|node| node.slots)
+        .collect();
+    (0..100_000)
+        .map(|i| format!("c{i}"))
+        .filter(|client| {
+            let slot = slot(&format!("{prefix}:{{/{client}}}c"));
+            ranges.iter().any(|range| range.contains(&slot))
+        })
+        .take(count)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_a_master_gives_no_5xx_and_shared_decisions_resume_after_promotion() {
+    let Some(cluster) = RedisCluster::start("killing_a_master_gives_no_5xx") else {
+        return;
+    };
+    let config = format!(
+        "{}[client]\nsources = [\"header:x-client\"]\n[limits]\n\"/\" = \"1000/h\"\n",
+        store_table(&seeds(&cluster, true), "failover", "")
+    );
+    let a = instance(&config);
+    let b = instance(&config);
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(a.clone()));
+    let address = serve(app).await;
+
+    let victim = cluster.masters()[0];
+    let mut probes = clients_on(&cluster, victim, "failover", 400).into_iter();
+    let survivor = cluster.masters()[1];
+    let mut elsewhere = clients_on(&cluster, survivor, "failover", 400).into_iter();
+    let steady = probes.next().unwrap();
+    // Before: shared through the cluster.
+    let first = send(address, "/", &[("x-client", &steady)]).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(b.peek(&steady).await.unwrap().remaining(), 999);
+
+    cluster.kill(victim);
+    let killed = Instant::now();
+    let mut statuses = Vec::new();
+    let mut resumed = None;
+    let (mut elsewhere_shared, mut elsewhere_total) = (0, 0);
+    let deadline = killed + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let reply = send(address, "/", &[("x-client", &steady)]).await;
+        statuses.push(reply.status);
+        // A fresh client on the dead master's slots: taken through A, seen through B?
+        let probe = probes.next().expect("enough probe clients");
+        let taken = send(address, "/", &[("x-client", &probe)]).await;
+        statuses.push(taken.status);
+        // A client on a master still alive: its shard has its own breaker, so its
+        // decisions mostly stay shared meanwhile (not all: the cluster client holds every
+        // request while it re-reads the topology, and some wait past `timeout`).
+        let other = elsewhere.next().expect("enough clients elsewhere");
+        send(address, "/", &[("x-client", &other)]).await;
+        elsewhere_total += 1;
+        if b.peek(&other).await.unwrap().remaining() == 999 {
+            elsewhere_shared += 1;
+        }
+        if b.peek(&probe).await.unwrap().remaining() == 999 {
+            resumed = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::OK),
+        "every request answered, none refused or failed: {statuses:?}"
+    );
+    let resumed = resumed.expect("shared decisions resume within 30 s of the kill");
+    eprintln!(
+        "failover: shared decisions resumed {resumed:?} after the master was killed ({} requests \
+         meanwhile); clients of the other masters shared in {elsewhere_shared} of {elsewhere_total}",
+        statuses.len()
+    );
+    // With one breaker for the whole cluster, the dead master's failures would send nearly
+    // every decision to on_backend_error until the promotion.
+    assert!(
+        elsewhere_shared * 2 >= elsewhere_total,
+        "one master's outage sends only its own slots to on_backend_error: \
+         {elsewhere_shared} of {elsewhere_total} shared"
+    );
+    let promoted = cluster.master_of(slot(&format!("failover:{{/{steady}}}c")));
+    assert!(
+        promoted.is_some_and(|port| port != victim),
+        "a replica was promoted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bucket_listing_scans_every_master_and_forgiving_works() {
+    let Some(cluster) = RedisCluster::shared("the_bucket_listing_scans_every_master") else {
+        return;
+    };
+    let limits = instance(&format!(
+        "{}[limits]\n\"/\" = \"10/min\"\nlogin = \"4/min\"\n",
+        store_table(&seeds(cluster, false), "listing", "timeout = \"2s\"")
+    ));
+    for client in 0..30 {
+        let cost = if client % 3 == 0 { 3 } else { 1 };
+        let key = format!("login/10.1.0.{client}");
+        assert!(limits.check(&key, cost).await.unwrap().allowed());
+    }
+    let mut query = BucketQuery::new(limits.rules().clone(), limits.now());
+    query.prefix = "login/".into();
+    query.max_fraction = Some(0.5);
+    query.sort = BucketSort::Key;
+    query.limit = 100;
+    let below_half = limits.store().buckets(query.clone()).await.unwrap();
+    assert_eq!(
+        below_half.len(),
+        10,
+        "the ten clients that took 3 of 4, whichever master holds them"
+    );
+    let masters_holding: usize = cluster
+        .masters()
+        .into_iter()
+        .filter(|&master| !cluster.keys_on(master, "listing:{login/*").is_empty())
+        .count();
+    assert_eq!(
+        masters_holding, 3,
+        "the listed buckets are spread over every master"
+    );
+
+    let rules = limits.rules();
+    let client = tollgate::key::Client::from_segment("10.1.0.0");
+    let bucket = tollgate::store::BucketRef {
+        rule: rules.get("login").unwrap().id(),
+        client: Some(&client),
+    };
+    assert!(limits.store().remove(bucket).await.unwrap(), "forgiven");
+    let after = limits.store().buckets(query).await.unwrap();
+    assert_eq!(after.len(), 9, "a forgiven bucket is gone from its master");
+}
