@@ -19,13 +19,13 @@ fn store_table(server: &RedisServer, prefix: &str, extra: &str) -> String {
     )
 }
 
-pub(crate) fn write(path: &Path, text: &str) {
+fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
 /// One step of a scenario.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Step {
+enum Step {
     /// Let this many milliseconds pass.
     Wait(u64),
     /// `check(key, cost)`.
@@ -39,7 +39,7 @@ pub(crate) enum Step {
 use Step::{Check, Peek, Reload, Wait};
 
 /// The shared test matrix: each scenario is a `[limits]` table and a sequence of steps.
-pub(crate) fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
+fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
     let knock = |key: &'static str, times: usize, every: u64| {
         (0..times)
             .flat_map(move |_| [Check(key, 1), Wait(every)])
@@ -141,7 +141,7 @@ pub(crate) fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
 }
 
 /// Runs `steps` against `limits`, stepping `clock`; every decision in order.
-pub(crate) async fn run<St: Store>(
+async fn run<St: Store>(
     limits: &Limits<St>,
     clock: &FakeClock,
     config: &Path,
@@ -166,14 +166,13 @@ pub(crate) async fn run<St: Store>(
     decisions
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_and_redis_decide_alike() {
-    let Some(server) = RedisServer::start("memory_and_redis_decide_alike") else {
-        return;
-    };
+/// Runs every scenario of the shared matrix in memory and on the Redis `[store]` table
+/// `store(index)` names (one server or a cluster), at the same instants, and asserts the
+/// decisions are equal and all came from Redis.
+pub(crate) async fn assert_decides_as_memory(store: impl Fn(usize) -> String) {
     let dir = tempfile::tempdir().unwrap();
     for (index, (name, rules, steps)) in scenarios().into_iter().enumerate() {
-        let store = store_table(&server, &format!("matrix{index}"), "timeout = \"2s\"");
+        let store = store(index);
 
         let memory_config = dir.path().join(format!("memory{index}.toml"));
         write(&memory_config, &format!("[limits]\n{rules}"));
@@ -211,6 +210,17 @@ async fn memory_and_redis_decide_alike() {
         }
         assert_eq!(expected.len(), actual.len());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_and_redis_decide_alike() {
+    let Some(server) = RedisServer::start("memory_and_redis_decide_alike") else {
+        return;
+    };
+    assert_decides_as_memory(|index| {
+        store_table(&server, &format!("matrix{index}"), "timeout = \"2s\"")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,11 +7,10 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use tollgate::clock::FakeClock;
-use tollgate::store::{BackendStore, BucketQuery, BucketSort, MemoryStore, Store};
+use tollgate::store::{BackendStore, BucketQuery, BucketSort, Store};
 use tollgate::{Limits, RateLimitLayer};
 
-use crate::redis_backend::{run, scenarios, write};
+use crate::redis_backend::assert_decides_as_memory;
 use crate::support::cluster::{RedisCluster, cluster_nodes};
 use crate::support::{get as send, serve};
 
@@ -143,43 +142,11 @@ async fn the_cluster_decides_as_memory_does() {
     let Some(cluster) = RedisCluster::shared("the_cluster_decides_as_memory_does") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    for (index, (name, rules, steps)) in scenarios().into_iter().enumerate() {
-        let store = store_table(
-            &seeds(cluster, false),
-            &format!("matrix{index}"),
-            "timeout = \"2s\"",
-        );
-        let memory_config = dir.path().join(format!("memory{index}.toml"));
-        write(&memory_config, &format!("[limits]\n{rules}"));
-        let memory_clock = FakeClock::new();
-        let memory = Limits::builder()
-            .store(MemoryStore::new())
-            .clock(memory_clock.clone())
-            .load([&memory_config])
-            .unwrap();
-        let cluster_config = dir.path().join(format!("cluster{index}.toml"));
-        write(&cluster_config, &format!("{store}[limits]\n{rules}"));
-        let cluster_clock = FakeClock::new();
-        let on_cluster = Limits::builder()
-            .store(BackendStore::new())
-            .clock(cluster_clock.clone())
-            .load([&cluster_config])
-            .unwrap();
-        let backend = on_cluster.store().redis().unwrap().clone();
-        backend.use_caller_time(true);
-
-        let expected = run(&memory, &memory_clock, &memory_config, "", &steps).await;
-        let actual = run(&on_cluster, &cluster_clock, &cluster_config, &store, &steps).await;
-        assert!(
-            !backend.breaker_open() && backend.local().is_empty(),
-            "{name}: every decision came from the cluster"
-        );
-        assert_eq!(expected.len(), actual.len());
-        for ((step, want), (_, got)) in expected.iter().zip(&actual) {
-            assert_eq!(want, got, "{name}: {step}");
-        }
-    }
+    let seed = seeds(cluster, false);
+    assert_decides_as_memory(|index| {
+        store_table(&seed, &format!("matrix{index}"), "timeout = \"2s\"")
+    })
+    .await;
 }
 
 /// A client whose bucket under rule `"/"` and `prefix` lives in the slots of `master`.

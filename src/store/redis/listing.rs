@@ -6,6 +6,7 @@ use redis::Value;
 use super::keys::parse_bucket_key;
 use super::pool::{Connection, Pool};
 use super::script::{SCRIPT, decision_from, script_args};
+use super::shards::parse_cluster_slots;
 use crate::Quota;
 use crate::algorithm::{Algorithm, CheckMode};
 use crate::clock::Timestamp;
@@ -81,28 +82,11 @@ async fn scan(connection: &mut Connection, pattern: &str) -> redis::RedisResult<
 /// The masters in a `CLUSTER SLOTS` reply, each once.
 fn masters(reply: &Value) -> Vec<(String, u16)> {
     let mut found: Vec<(String, u16)> = Vec::new();
-    let Value::Array(ranges) = reply else {
-        return found;
-    };
-    for range in ranges {
-        let Value::Array(fields) = range else {
-            continue;
-        };
-        let Some(Value::Array(node)) = fields.get(2) else {
-            continue;
-        };
-        let host = match node.first() {
-            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
-            Some(Value::SimpleString(host)) => host.clone(),
-            _ => continue,
-        };
-        let Some(Value::Int(port)) = node.get(1) else {
-            continue;
-        };
-        if let Ok(port) = u16::try_from(*port)
-            && !found.iter().any(|(h, p)| *h == host && *p == port)
+    for (_, _, master) in parse_cluster_slots(reply).unwrap_or_default() {
+        if let Some(master) = master
+            && !found.contains(&master)
         {
-            found.push((host, port));
+            found.push(master);
         }
     }
     found

@@ -161,10 +161,10 @@ fn cluster_shard(first: u16, last: u16, master: Option<(String, u16)>) -> Shard 
 }
 
 /// A slot range and its master's `host:port`, if given.
-type Range = (u16, u16, Option<(String, u16)>);
+pub(super) type Range = (u16, u16, Option<(String, u16)>);
 
 /// `CLUSTER SLOTS`: an array of `[first, last, [host, port, id, ...], replicas...]`.
-fn parse_cluster_slots(reply: &Value) -> Option<Vec<Range>> {
+pub(super) fn parse_cluster_slots(reply: &Value) -> Option<Vec<Range>> {
     let Value::Array(entries) = reply else {
         return None;
     };
