@@ -2,7 +2,7 @@
 # Every benchmark in one go, release builds, results under bench/results/<date>/.
 #
 #   bash bench/run.sh                 # all suites
-#   bash bench/run.sh memory redis    # only some: criterion envoy memory redis reload axum gateway config resp grpc
+#   bash bench/run.sh memory redis    # only some: criterion envoy memory redis scale reload axum gateway config resp grpc
 #
 # Each suite measures its baselines in the same run (governor, redis-benchmark, nginx), so
 # read ratios, not absolute figures: this shared 2-core machine drifts by tens of percent.
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 suites=("$@")
-[ "${#suites[@]}" -gt 0 ] || suites=(criterion envoy memory redis reload axum gateway config resp grpc)
+[ "${#suites[@]}" -gt 0 ] || suites=(criterion envoy memory redis scale reload axum gateway config resp grpc)
 out="bench/results/$(date -u +%F-%H%M)"
 mkdir -p "$out"
 
@@ -32,6 +32,13 @@ for suite in "${suites[@]}"; do
         cargo bench --bench redis 2>&1 | tee "$out/redis.txt"
       else
         echo "skipped: needs redis-server and redis-benchmark (apt-get install -y redis-server)"
+      fi ;;
+    scale)
+      if have redis-server && have redis-cli; then
+        cargo bench --bench hybrid 2>&1 | tee "$out/hybrid.txt"
+        cargo bench --bench scale_out 2>&1 | tee "$out/scale_out.txt"
+      else
+        echo "skipped: needs redis-server and redis-cli (apt-get install -y redis-server redis-tools)"
       fi ;;
     axum)
       if have wrk && have valgrind; then
@@ -57,7 +64,7 @@ for suite in "${suites[@]}"; do
       else
         echo "skipped: needs redis-server and redis-benchmark (apt-get install -y redis-server)"
       fi ;;
-    *) echo "unknown suite $suite (criterion envoy memory redis reload axum gateway config resp grpc)" >&2; exit 2 ;;
+    *) echo "unknown suite $suite (criterion envoy memory redis scale reload axum gateway config resp grpc)" >&2; exit 2 ;;
   esac
 done
 echo "== results in $out"

@@ -42,6 +42,6 @@ pub use response::{BodyTemplate, ResponseSettings};
 pub use rule::{Limit, Origin, Rule, RuleId, StatusSet};
 pub use rule_set::RuleSet;
 pub use source::{MAX_CONFIG_BYTES, Validator};
-pub use store::{Backend, OnBackendError, RedisSettings, StoreSettings};
+pub use store::{Backend, OnBackendError, RedisSettings, StoreSettings, SyncMode};
 
 pub use crate::quota::{Rate, RateError, parse_duration};

@@ -61,6 +61,8 @@ pub(crate) struct RawStore {
     pub(crate) on_backend_error: Option<Spanned<String>>,
     pub(crate) breaker_failures: Option<Spanned<i64>>,
     pub(crate) breaker_cooldown: Option<Spanned<String>>,
+    pub(crate) sync: Option<Spanned<String>>,
+    pub(crate) sync_interval: Option<Spanned<String>>,
 }
 
 /// `[gateway]`: settings of the example gateway, validated with the rest.

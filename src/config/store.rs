@@ -73,6 +73,19 @@ pub enum OnBackendError {
     Local,
 }
 
+/// Where a Redis backend decides (`[store] sync`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SyncMode {
+    /// `"remote"` (the default): every decision is one round trip to Redis.
+    #[default]
+    Remote,
+    /// `"local"` (hybrid): each instance leases a share of a bucket's tokens from Redis
+    /// and spends them without a round trip, renewing as they run out; leases given back
+    /// and admissions made while Redis was down are settled every `sync_interval`.
+    Local,
+}
+
 /// The Redis backend's part of `[store]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -101,6 +114,12 @@ pub struct RedisSettings {
     /// How long the breaker stays open before one request probes Redis again
     /// (`breaker_cooldown`, default 500 ms).
     pub breaker_cooldown: Duration,
+    /// Where decisions are made (`sync`, default [`SyncMode::Remote`]).
+    pub sync: SyncMode,
+    /// With `sync = "local"`: how often leases and admissions are settled with Redis, and
+    /// the time one lease covers — a bucket leases at most one `sync_interval`'s worth of
+    /// its rate at a time across all instances (`sync_interval`, default 100 ms).
+    pub sync_interval: Duration,
 }
 
 impl StoreSettings {
@@ -136,6 +155,8 @@ impl Default for RedisSettings {
             on_backend_error: OnBackendError::Local,
             breaker_failures: 3,
             breaker_cooldown: Duration::from_millis(500),
+            sync: SyncMode::Remote,
+            sync_interval: Duration::from_millis(100),
         }
     }
 }
@@ -212,6 +233,16 @@ impl StoreSettings {
             }
         }
         self.apply_redis(source, raw, out, duration, count);
+        if self.redis.sync == SyncMode::Local
+            && self.backend == Backend::Memory
+            && let Some(sync) = &raw.sync
+        {
+            out.push(source.at(
+                sync.span(),
+                "sync = \"local\" is the hybrid mode of the Redis backends: set backend = \"redis\" \
+                 or \"redis-cluster\" (the memory backend is local already)",
+            ));
+        }
         if self.backend != Backend::RedisCluster
             && self.redis.nodes.len() > 1
             && let Some(url) = &raw.url
@@ -308,11 +339,38 @@ impl StoreSettings {
         {
             redis.breaker_cooldown = d;
         }
+        if let Some(mode) = &raw.sync {
+            match mode.get_ref().as_str() {
+                "remote" => redis.sync = SyncMode::Remote,
+                "local" => redis.sync = SyncMode::Local,
+                other => out.push(source.at(
+                    mode.span(),
+                    format!("sync must be \"remote\" or \"local\", found \"{other}\""),
+                )),
+            }
+        }
+        if let Some(text) = &raw.sync_interval
+            && let Some(d) = duration("sync_interval", text, out)
+        {
+            if (Duration::from_millis(1)..=Duration::from_secs(10)).contains(&d) {
+                redis.sync_interval = d;
+            } else {
+                out.push(source.at(
+                    text.span(),
+                    format!(
+                        "sync_interval must be between 1ms and 10s, found \"{}\"",
+                        text.get_ref()
+                    ),
+                ));
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     #[test]
     fn every_bad_store_setting_is_reported_with_its_place() {
         let text = "[store]\nbackend = \"etcd\"\nurl = \"http://x\"\nkey_prefix = \"a{b}\"\n\
@@ -328,6 +386,42 @@ mod tests {
             "<inline>:7:20: on_backend_error must be \"allow\", \"deny\" or \"local\"",
             "<inline>:8:20: breaker_failures must be between 1 and 1000, found -1",
         ] {
+            assert!(
+                error.contains(expected),
+                "missing {expected:?} in:\n{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn hybrid_sync_is_for_the_redis_backends_with_a_sane_interval() {
+        let settings = |text: &str| {
+            crate::Limits::from_toml(&format!("[store]\n{text}\n[limits]\n\"/\" = \"1/s\"\n"))
+                .map(|limits| limits.rules().store().clone())
+        };
+        let hybrid =
+            settings("backend = \"redis\"\nsync = \"local\"\nsync_interval = \"250ms\"").unwrap();
+        assert_eq!(hybrid.redis.sync, super::SyncMode::Local);
+        assert_eq!(hybrid.redis.sync_interval, Duration::from_millis(250));
+        let plain = settings("backend = \"redis\"").unwrap();
+        assert_eq!(plain.redis.sync, super::SyncMode::Remote);
+        assert_eq!(plain.redis.sync_interval, Duration::from_millis(100));
+
+        for (text, expected) in [
+            (
+                "sync = \"local\"",
+                "<inline>:2:8: sync = \"local\" is the hybrid mode of the Redis backends",
+            ),
+            (
+                "backend = \"redis\"\nsync = \"often\"",
+                "<inline>:3:8: sync must be \"remote\" or \"local\", found \"often\"",
+            ),
+            (
+                "backend = \"redis\"\nsync_interval = \"1h\"",
+                "<inline>:3:17: sync_interval must be between 1ms and 10s",
+            ),
+        ] {
+            let error = settings(text).unwrap_err().to_string();
             assert!(
                 error.contains(expected),
                 "missing {expected:?} in:\n{error}"

@@ -22,6 +22,7 @@ mod modes;
 mod redis_backend;
 mod redis_cluster;
 mod redis_headers;
+mod redis_hybrid;
 mod reload;
 mod remote_config;
 mod resp;

@@ -289,3 +289,94 @@ async fn the_bucket_listing_scans_every_master_and_forgiving_works() {
     let after = limits.store().buckets(query).await.unwrap();
     assert_eq!(after.len(), 9, "a forgiven bucket is gone from its master");
 }
+
+/// Hybrid mode on a cluster: leases taken from buckets on every master, spent locally,
+/// and given back — in one pipeline per master — so that the shared budgets end exactly
+/// where a strict limiter's do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_leases_on_every_master_are_given_back_exactly() {
+    let Some(cluster) = RedisCluster::shared("hybrid_leases_on_every_master") else {
+        return;
+    };
+    // 10 tokens a second, room for 1000; two instances lease at most 1 s × 10/s ÷ 2 = 5.
+    let rule = "[limits]\n\"api\" = { rate = \"10/s\", burst = 1000 }\n";
+    let hybrid = store_table(
+        &seeds(cluster, true),
+        "hybrid",
+        "timeout = \"2s\"\nsync = \"local\"\nsync_interval = \"1s\"",
+    );
+    let fleet = [
+        instance(&format!("{hybrid}{rule}")),
+        instance(&format!("{hybrid}{rule}")),
+    ];
+    let clock = tollgate::clock::FakeClock::new();
+    let neutral = Limits::builder()
+        .store(BackendStore::new())
+        .clock(clock.clone())
+        .from_toml(&format!(
+            "{}{rule}",
+            store_table(&seeds(cluster, true), "hybrid", "timeout = \"2s\"")
+        ))
+        .unwrap();
+    neutral.store().redis().unwrap().use_caller_time(true);
+    let t0 = tollgate::clock::Clock::now(&clock);
+    let at = |seconds: f64| {
+        tollgate::clock::Timestamp::from_unix_nanos(
+            t0.as_unix_nanos()
+                .wrapping_add_signed((seconds * 1e9) as i64),
+        )
+    };
+    for limits in &fleet {
+        limits.store().redis().unwrap().use_caller_time(true);
+    }
+    for warm in [-3.0, -0.5] {
+        for limits in &fleet {
+            limits.store().redis().unwrap().sync_at(at(warm)).await;
+        }
+    }
+    assert_eq!(fleet[0].store().redis().unwrap().instances(), 2);
+
+    let clients: Vec<String> = (0..30).map(|i| format!("api/198.51.100.{i}")).collect();
+    let calls_before = cluster.command_calls("evalsha");
+    for client in &clients {
+        for limits in &fleet {
+            for _ in 0..148 {
+                assert!(limits.check_at(client, 1, t0).await.unwrap().allowed());
+            }
+        }
+    }
+    let calls = cluster.command_calls("evalsha") - calls_before;
+    assert!(
+        calls < 8_880 / 4,
+        "{calls} Redis calls for 8880 decisions: most were local"
+    );
+    let masters: std::collections::BTreeSet<_> = clients
+        .iter()
+        .map(|c| cluster.master_of(cluster.slot(&format!("hybrid:{{{c}}}c"))))
+        .collect();
+    assert_eq!(masters.len(), 3, "the clients' buckets are on every master");
+
+    // Ten seconds later (idle long enough), 100 tokens have refilled: a strict limiter
+    // shows 1000 - 296 + 100 = 804 left. Until the leases are given back, Redis shows less
+    // (148 is not a whole number of 1 + 5: a lease is left over).
+    clock.advance(Duration::from_secs(10));
+    let mut short = 0;
+    for client in &clients {
+        let remaining = neutral.peek(client).await.unwrap().remaining();
+        assert!(remaining <= 804, "{client}: {remaining}");
+        if remaining < 804 {
+            short += 1;
+        }
+    }
+    assert!(short > 0, "some leases were outstanding");
+    for limits in &fleet {
+        limits.store().redis().unwrap().sync_at(at(10.0)).await;
+    }
+    for client in &clients {
+        assert_eq!(
+            neutral.peek(client).await.unwrap().remaining(),
+            804,
+            "{client}: every unspent lease given back to its master"
+        );
+    }
+}

@@ -11,13 +11,21 @@
 -- KEYS[1]  the bucket
 -- ARGV[1]  now: "US" or "US:NS" (microseconds since the epoch, and nanoseconds more), or
 --          "" to read the server's TIME
--- ARGV[2]  mode: "c" consume, "p" peek, "g" charge (take even past empty)
+-- ARGV[2]  mode: "c" consume, "p" peek, "g" charge (take even past empty), "l" lease
+--          (hybrid sync, GCRA: consume, then reserve a share of what is left; below)
 -- ARGV[3]  cost
 -- ARGV[4]  strict: "1" or "0" (GCRA only)
 -- ARGV[5]  algorithm: "G" GCRA, "s" sliding window, "f" fixed window
 -- ARGV[6]  number of quotas n, then n triples:
 --          GCRA: interval (ns), capacity = burst x interval (ns), burst
 --          windows: period (us), limit (count per period), 0
+--
+-- In mode "l", four more arguments follow the quotas: returned r, pending p, shares s,
+-- cap c. First r tokens an instance leased and did not spend are given back and p tokens
+-- it admitted while Redis was unreachable are charged (even past empty); then the request
+-- is decided as in "c"; then, if admitted, min(floor(left / s), c) tokens are leased —
+-- charged now for the instance to spend locally — where left is what the tightest quota
+-- still holds. The reply gains one number: the tokens leased.
 --
 -- State (a string, one key per bucket): algorithm, n, then per quota four numbers:
 --   GCRA ("G"): interval (ns), TAT (whole us), TAT's remainder (ns), 0
@@ -54,6 +62,9 @@ for i = 1, n do
   q[i] = { a = tonumber(ARGV[base + 1]), b = tonumber(ARGV[base + 2]), c = tonumber(ARGV[base + 3]) }
 end
 local NEVER = -1
+local consume = mode == "c" or mode == "l"
+local lease = mode == "l" and alg == "G"
+local extra = 6 + 3 * n
 
 -- The stored state, if any.
 local old = nil
@@ -149,6 +160,15 @@ end
 local reply = {}
 local allowed = true
 local reset = 0
+local leased = 0
+
+if lease then
+  -- Leases given back, then what was admitted without Redis.
+  local returned, pending = tonumber(ARGV[extra + 1]), tonumber(ARGV[extra + 2])
+  for i = 1, n do
+    s[i].d = math.max(math.max(s[i].d, 0) - returned * q[i].a, 0) + pending * q[i].a
+  end
+end
 
 if alg == "G" then
   local function refuses(i)
@@ -157,14 +177,14 @@ if alg == "G" then
   for i = 1, n do
     if refuses(i) then allowed = false end
   end
-  if not allowed and strict and mode == "c" then
+  if not allowed and strict and consume and cost > 0 then
     for i = 1, n do
       if refuses(i) then
         s[i].d = math.max(s[i].d, q[i].a + q[i].b - cost * q[i].a)
       end
     end
   end
-  local take = (mode == "c" and allowed) or mode == "g"
+  local take = (consume and allowed) or mode == "g"
   for i = 1, n do
     local start = math.max(s[i].d, 0)
     local taken = start + cost * q[i].a
@@ -179,6 +199,19 @@ if alg == "G" then
     reply[#reply + 1] = debt
     reply[#reply + 1] = retry
     reply[#reply + 1] = 0
+  end
+  -- A lease: a share of what the tightest quota has left, charged now.
+  local shares, cap = tonumber(ARGV[extra + 3]) or 0, tonumber(ARGV[extra + 4]) or 0
+  if lease and allowed and shares > 0 and cap > 0 then
+    local left = nil
+    for i = 1, n do
+      local room = math.floor((q[i].b - math.max(s[i].d, 0)) / q[i].a)
+      if left == nil or room < left then left = room end
+    end
+    leased = math.min(math.floor(math.max(left or 0, 0) / shares), cap)
+    for i = 1, n do
+      s[i].d = math.max(s[i].d, 0) + leased * q[i].a
+    end
   end
 else
   local fixed = alg == "f"
@@ -214,7 +247,7 @@ else
     local c, e = roll(s[i], q[i].a)
     if scaled(c, e, q[i].a) + cost * q[i].a > q[i].b * q[i].a then allowed = false end
   end
-  local take = (mode == "c" and allowed) or mode == "g"
+  local take = (consume and allowed) or mode == "g"
   for i = 1, n do
     local p, limit = q[i].a, q[i].b
     local c, e = roll(s[i], p)
@@ -263,4 +296,5 @@ end
 
 table.insert(reply, 1, reset)
 table.insert(reply, 1, allowed and 1 or 0)
+if mode == "l" then reply[#reply + 1] = leased end
 return reply

@@ -65,10 +65,12 @@
 
 mod breaker;
 mod keys;
+mod leases;
 mod listing;
 mod pool;
 mod script;
 mod shards;
+mod sync;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -84,6 +86,7 @@ use self::listing::list;
 use self::pool::Pool;
 use self::script::{decision_from, script_args};
 use self::shards::{Shard, Shards};
+use self::sync::Hybrid;
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, MemoryStore, RuleId,
     Store, StoreError,
@@ -91,7 +94,7 @@ use super::{
 use crate::Quota;
 use crate::algorithm::Algorithm;
 use crate::clock::Timestamp;
-use crate::config::{OnBackendError, RedisSettings, RuleSet};
+use crate::config::{OnBackendError, RedisSettings, RuleSet, SyncMode};
 use crate::decision::Decision;
 use crate::key::Client;
 
@@ -125,6 +128,8 @@ struct Inner {
     /// Breakers and error counters: one, or one per cluster shard.
     shards: Shards,
     local: MemoryStore,
+    /// Hybrid mode's leases and settlements (`[store] sync = "local"`).
+    hybrid: Hybrid,
     caller_time: AtomicBool,
     fallbacks: metrics::Counter,
     /// The monotonic clock failures are logged and the shard table refreshed by.
@@ -181,6 +186,7 @@ impl RedisStore {
                 current: Mutex::new(Vec::new()),
                 shards,
                 local: MemoryStore::new(),
+                hybrid: Hybrid::new(),
                 caller_time: AtomicBool::new(false),
                 fallbacks: metrics::counter!("tollgate_backend_fallbacks_total"),
                 started: Instant::now(),
@@ -205,6 +211,38 @@ impl RedisStore {
     /// The in-memory buckets `on_backend_error = "local"` decides with.
     pub fn local(&self) -> &MemoryStore {
         &self.inner.local
+    }
+
+    /// Hybrid mode (`sync = "local"`): runs one settlement round as of `now` — the
+    /// heartbeat when due, leases of idle buckets given back, admissions made without
+    /// Redis charged. A background task does this every `sync_interval`, except with
+    /// [`use_caller_time`](Self::use_caller_time), where time is the caller's: then the
+    /// caller runs the rounds (simulations, replays). Does nothing in the default mode.
+    pub async fn sync_at(&self, now: Timestamp) {
+        if self.inner.settings.load().sync == SyncMode::Local {
+            self.inner.sync_round(now).await;
+        }
+    }
+
+    /// Hybrid mode: tokens admitted while Redis could not be reached that are not yet
+    /// charged there (sent again every round until they are).
+    ///
+    /// ```
+    /// use tollgate::config::RedisSettings;
+    /// use tollgate::store::RedisStore;
+    ///
+    /// let store = RedisStore::new(&RedisSettings::default())?;
+    /// assert_eq!(store.unsettled(), 0);
+    /// # Ok::<(), tollgate::store::StoreError>(())
+    /// ```
+    pub fn unsettled(&self) -> u64 {
+        self.inner.hybrid.leases.stats().1
+    }
+
+    /// Hybrid mode: instances sharing this Redis at the last heartbeat (0: not yet
+    /// counted). Leases are shares of a bucket among them.
+    pub fn instances(&self) -> u64 {
+        self.inner.hybrid.peers()
     }
 
     /// Whether a circuit breaker is open: decisions (on a cluster, those of at least one
@@ -372,6 +410,12 @@ impl Store for RedisStore {
         };
         inner.refresh_shards(false);
         let shard = inner.shards.for_key(&key);
+        if settings.sync == SyncMode::Local
+            && request.algorithm == Algorithm::Gcra
+            && matches!(request.mode, CheckMode::Consume | CheckMode::Peek)
+        {
+            return inner.check_hybrid(&request, key, settings, shard);
+        }
         if !shard
             .breaker
             .allows(shard.breaker.now(), settings.breaker_cooldown)
@@ -431,6 +475,7 @@ impl Store for RedisStore {
         inner.rules.store(Arc::new(next));
         *current = RuleKeys::ids(rules);
         inner.local.configure(rules);
+        inner.hybrid.leases.reconfigured();
     }
 
     fn sweep(&self, now: Timestamp) -> usize {
@@ -461,6 +506,9 @@ impl Store for RedisStore {
         let inner = Arc::clone(&self.inner);
         let settings = inner.settings.load_full();
         let key = inner.rules.load().bucket_key(&settings.key_prefix, bucket);
+        if let Some(key) = &key {
+            inner.hybrid.leases.forgive(key);
+        }
         Box::pin(async move {
             let Some(key) = key else {
                 return Ok(false);

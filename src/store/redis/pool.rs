@@ -189,6 +189,49 @@ impl Pool {
         invocation.invoke_async(&mut connection).await
     }
 
+    /// One `EVALSHA` per `(key, args)` in one pipeline, each command's reply or error in
+    /// its place: to the one server, or on a cluster to the master of `slot` (every key
+    /// of the batch is expected there; one that moved answers `MOVED`).
+    pub(super) async fn pipeline(
+        &self,
+        settings: &RedisSettings,
+        calls: &[(String, Vec<String>)],
+        slot: u16,
+    ) -> redis::RedisResult<Vec<Value>> {
+        let mut pipeline = redis::pipe();
+        pipeline.ignore_errors();
+        for (key, args) in calls {
+            let command = pipeline
+                .cmd("EVALSHA")
+                .arg(self.script.get_hash())
+                .arg(1)
+                .arg(key);
+            for arg in args {
+                command.arg(arg.as_str());
+            }
+        }
+        match self.connection(settings).await? {
+            Connection::Single(mut connection) => pipeline.query_async(&mut connection).await,
+            Connection::Cluster(mut connection) => {
+                let route = redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(
+                    redis::cluster_routing::Route::new(
+                        slot,
+                        redis::cluster_routing::SlotAddr::Master,
+                    ),
+                );
+                connection
+                    .route_pipeline(pipeline, 0, calls.len(), route)
+                    .await
+            }
+        }
+    }
+
+    /// Loads the decision script (on a cluster, on every node) after `NOSCRIPT`.
+    pub(super) async fn load_script(&self, settings: &RedisSettings) -> redis::RedisResult<()> {
+        let mut connection = self.connection(settings).await?;
+        self.script.load_async(&mut connection).await.map(|_| ())
+    }
+
     /// The script's SHA1, for `EVALSHA` in a pipeline.
     pub(super) fn script_hash(&self) -> &str {
         self.script.get_hash()

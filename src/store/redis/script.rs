@@ -72,6 +72,75 @@ pub(super) fn script_args(
     args
 }
 
+/// What a lease call (`mode "l"`) carries besides the request: tokens given back, tokens
+/// admitted without Redis to charge, how many instances share the bucket, and the most
+/// to lease.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct LeaseTerms {
+    pub(super) returned: u64,
+    pub(super) pending: u64,
+    pub(super) shares: u64,
+    pub(super) cap: u64,
+}
+
+/// The script's arguments for a lease call: the request (cost 0 for a settlement alone)
+/// decided as a consumption, then `terms` (see `decide.lua`). GCRA only.
+pub(super) fn lease_args(
+    now: Option<Timestamp>,
+    cost: u64,
+    strict: bool,
+    quotas: &[Quota],
+    terms: LeaseTerms,
+) -> Vec<String> {
+    let mut args = script_args(
+        now,
+        CheckMode::Consume,
+        cost,
+        strict,
+        Algorithm::Gcra,
+        quotas,
+    );
+    args[1] = "l".to_owned();
+    for figure in [terms.returned, terms.pending, terms.shares, terms.cap] {
+        args.push(figure.to_string());
+    }
+    args
+}
+
+/// A lease call's answer: the request's decision, the tokens leased, and each quota's
+/// debt (nanoseconds until full) once the lease is charged.
+#[derive(Clone, Debug)]
+pub(super) struct Leased {
+    pub(super) decision: Decision,
+    pub(super) tokens: u64,
+    pub(super) debts: Vec<u64>,
+}
+
+/// Reads a lease call's reply.
+pub(super) fn leased_from(reply: &[i64], quotas: &[Quota]) -> Result<Leased, StoreError> {
+    let Some((&tokens, decided)) = reply.split_last() else {
+        return Err(StoreError::Unavailable {
+            reason: "an empty reply from the decision script".into(),
+        });
+    };
+    let decision = decision_from(decided, Algorithm::Gcra, quotas)?;
+    let tokens = u64::try_from(tokens).unwrap_or(0);
+    let debts = quotas
+        .iter()
+        .zip(decided[2..].chunks_exact(3))
+        .map(|(quota, figures)| {
+            u64::try_from(figures[0])
+                .unwrap_or(0)
+                .saturating_add(tokens.saturating_mul(quota.interval_nanos()))
+        })
+        .collect();
+    Ok(Leased {
+        decision,
+        tokens,
+        debts,
+    })
+}
+
 /// The script's reply, as a [`Decision`] described exactly as the in-memory engines do.
 pub(super) fn decision_from(
     reply: &[i64],

@@ -99,6 +99,7 @@ pub fn now_or_never<F: Future>(future: F) -> F::Output {
 }
 pub mod browser;
 pub mod cluster;
+pub mod hybrid_sim;
 pub mod redis;
 pub mod repository;
 

@@ -1,0 +1,192 @@
+//! Hybrid mode (`[store] sync = "local"`) against a real `redis-server`: the simulation
+//! at a small size, asserting the documented bound, and four instances under concurrent
+//! load.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tollgate::Limits;
+use tollgate::clock::{Clock, SystemClock, Timestamp};
+use tollgate::config::RedisSettings;
+use tollgate::store::{BackendStore, RedisStore};
+
+use crate::support::hybrid_sim::{Load, simulate};
+use crate::support::redis::RedisServer;
+
+/// At 4 instances and 100 ms: no request over the strict limiter beyond the bound (one
+/// interval of the rate), and a small fraction of a Redis call per request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_simulation_stays_within_the_bound_with_few_redis_calls() {
+    let Some(server) = RedisServer::start("hybrid simulation") else {
+        return;
+    };
+    for (index, load) in [Load::Steady, Load::Half, Load::Burst]
+        .into_iter()
+        .enumerate()
+    {
+        let measured = simulate(&server, &format!("sim{index}"), 4, 100, load, 2).await;
+        eprintln!(
+            "{load}: {measured:?}: {:.3} of strict, {} over",
+            measured.admitted_ratio(),
+            measured.over()
+        );
+        assert!(
+            measured.admitted <= measured.strict + measured.bound,
+            "{load}: {measured:?}"
+        );
+        assert!(measured.admitted > 0, "{load}: {measured:?}");
+        if load != Load::Burst {
+            assert!(measured.ops_per_request() <= 0.05, "{load}: {measured:?}");
+        }
+    }
+}
+
+/// Four instances in hybrid mode over one Redis (4 instances with `sync = "local"`).
+fn fleet(server: &RedisServer, prefix: &str, rule: &str) -> Vec<Limits<RedisStore>> {
+    let config = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"{prefix}:\"\n\
+         sync = \"local\"\nsync_interval = \"100ms\"\ntimeout = \"500ms\"\n[limits]\n{rule}",
+        url = server.url()
+    );
+    let mut settings = RedisSettings::default();
+    settings.url = server.url();
+    settings.nodes = vec![server.url()];
+    (0..4)
+        .map(|_| {
+            Limits::builder()
+                .store(RedisStore::new(&settings).unwrap())
+                .from_toml(&config)
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Runs two heartbeat rounds on every instance, so that each counts the whole fleet.
+async fn introduce(fleet: &[Limits<RedisStore>]) {
+    let now = SystemClock::new().now();
+    let later = Timestamp::from_unix_nanos(now.as_unix_nanos() + 2_100_000_000);
+    for at in [now, later] {
+        for limits in fleet {
+            limits.store().sync_at(at).await;
+        }
+    }
+    for limits in fleet {
+        assert_eq!(limits.store().instances(), 4);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_under_concurrent_load_admit_within_the_bound_with_few_redis_calls() {
+    let Some(server) = RedisServer::start("hybrid under load") else {
+        return;
+    };
+    // 1000/s with a burst of 1000; one lease is at most 100 ms × 1000/s ÷ 4 = 25 tokens.
+    let fleet = Arc::new(fleet(&server, "load", "\"api\" = \"1000/s\"\n"));
+    introduce(&fleet).await;
+    assert!(server.command("CONFIG RESETSTAT").is_some());
+
+    let admitted = Arc::new(AtomicU64::new(0));
+    let requests = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..16 {
+        let fleet = Arc::clone(&fleet);
+        let admitted = Arc::clone(&admitted);
+        let requests = Arc::clone(&requests);
+        tasks.spawn(async move {
+            let limits = &fleet[task % 4];
+            for _ in 0..50_000 {
+                if started.elapsed() >= Duration::from_secs(2) {
+                    break;
+                }
+                let decision = limits.check("api/203.0.113.7", 1).await.unwrap();
+                requests.fetch_add(1, Ordering::Relaxed);
+                if decision.allowed() {
+                    admitted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let elapsed = started.elapsed().as_secs_f64();
+    let admitted = admitted.load(Ordering::Relaxed);
+    let requests = requests.load(Ordering::Relaxed);
+    let calls = server.command_calls("evalsha") + server.command_calls("eval");
+
+    // What one strict limiter could admit over the run, plus one interval of the rate.
+    let strict = 1_000.0 + 1_000.0 * elapsed;
+    let bound = 100.0;
+    eprintln!(
+        "{requests} requests in {elapsed:.2} s: {admitted} admitted (strict at most {strict:.0}), \
+         {calls} Redis calls"
+    );
+    assert!(
+        (admitted as f64) <= strict + bound,
+        "admitted {admitted} over {strict:.0} + {bound}"
+    );
+    assert!(
+        (admitted as f64) >= 0.8 * strict.min(requests as f64),
+        "admitted {admitted} of a strict {strict:.0}: the budget is used"
+    );
+    assert!(requests > 4 * admitted, "the load was over the limit");
+    // Without hybrid mode every request is one EVALSHA.
+    assert!(
+        (calls as f64) < 0.05 * requests as f64,
+        "{calls} Redis calls for {requests} requests"
+    );
+    for limits in fleet.iter() {
+        assert!(limits.store().local().is_empty(), "no decision fell back");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admissions_made_while_redis_was_down_are_charged_once_it_is_back() {
+    let Some(mut server) = RedisServer::start("hybrid outage") else {
+        return;
+    };
+    // Too slow to lease (10/min): every decision goes to Redis, or falls back.
+    let fleet = fleet(&server, "outage", "\"login\" = \"10/min\"\n");
+    introduce(&fleet).await;
+    let instance = &fleet[0];
+    server.kill();
+    for _ in 0..3 {
+        let decision = instance.check("login/198.51.100.4", 1).await.unwrap();
+        assert!(decision.allowed(), "on_backend_error = local admits");
+    }
+    assert_eq!(instance.store().unsettled(), 3);
+    let now = SystemClock::new().now();
+    instance.store().sync_at(now).await;
+    assert_eq!(
+        instance.store().unsettled(),
+        3,
+        "kept while Redis is down, not dropped"
+    );
+
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while instance.store().unsettled() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        instance.store().sync_at(SystemClock::new().now()).await;
+    }
+    assert_eq!(
+        instance.store().unsettled(),
+        0,
+        "charged once Redis is back"
+    );
+    // A newcomer, connected after the restart, sees the three in the shared budget.
+    let newcomer = Limits::builder()
+        .store(BackendStore::new())
+        .from_toml(&format!(
+            "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"outage:\"\n\
+             [limits]\n\"login\" = \"10/min\"\n",
+            server.url()
+        ))
+        .unwrap();
+    let decision = newcomer.peek("login/198.51.100.4").await.unwrap();
+    assert_eq!(
+        decision.remaining(),
+        7,
+        "10 per minute, 3 spent during the outage"
+    );
+}
