@@ -2,7 +2,8 @@
 //!
 //! For N ∈ {2, 4, 16} instances and `sync_interval` ∈ {10, 100, 1000} ms, under (a) a
 //! steady load 20× over a 1000/s limit, (b) a load at half the limit, (c) a fresh
-//! client's burst of five times the burst within 100 ms, spread over every instance:
+//! client's burst of five times the burst within 100 ms, spread over every instance, (d)
+//! a steady load 1.5× over, where the bucket is always near empty:
 //! Redis operations per request (the server's `INFO commandstats`) and admissions beside
 //! one strict limiter fed the same arrivals. Deterministic: a simulated clock, one real
 //! `redis-server` (started on a free loopback port, stopped by PID). `SECONDS` (default
@@ -40,7 +41,7 @@ async fn main() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut run = 0;
-    for load in [Load::Steady, Load::Half, Load::Burst] {
+    for load in [Load::Steady, Load::Half, Load::Burst, Load::Edge] {
         for instances in [2, 4, 16] {
             for interval in [10, 100, 1_000] {
                 run += 1;

@@ -20,12 +20,13 @@
 --          GCRA: interval (ns), capacity = burst x interval (ns), burst
 --          windows: period (us), limit (count per period), 0
 --
--- In mode "l", four more arguments follow the quotas: returned r, pending p, shares s,
--- cap c. First r tokens an instance leased and did not spend are given back and p tokens
--- it admitted while Redis was unreachable are charged (even past empty); then the request
--- is decided as in "c"; then, if admitted, min(floor(left / s), c) tokens are leased —
--- charged now for the instance to spend locally — where left is what the tightest quota
--- still holds. The reply gains one number: the tokens leased.
+-- In mode "l", four more arguments follow the quotas: returned r, pending p, instances s
+-- (0: lease nothing), cap c (the instance's share: rate x sync interval / instances).
+-- First r tokens an instance leased and did not spend are given back and p tokens it
+-- admitted while Redis was unreachable are charged (even past empty); then the request is
+-- decided as in "c"; then, if admitted, min(left, c) tokens are leased — charged now for
+-- the instance to spend locally — where left is what the tightest quota still holds. The
+-- reply gains one number: the tokens leased.
 --
 -- State (a string, one key per bucket): algorithm, n, then per quota four numbers:
 --   GCRA ("G"): interval (ns), TAT (whole us), TAT's remainder (ns), 0
@@ -200,7 +201,8 @@ if alg == "G" then
     reply[#reply + 1] = retry
     reply[#reply + 1] = 0
   end
-  -- A lease: a share of what the tightest quota has left, charged now.
+  -- A lease: what the tightest quota has left, up to the instance's share (cap), charged
+  -- now.
   local shares, cap = tonumber(ARGV[extra + 3]) or 0, tonumber(ARGV[extra + 4]) or 0
   if lease and allowed and shares > 0 and cap > 0 then
     local left = nil
@@ -208,7 +210,7 @@ if alg == "G" then
       local room = math.floor((q[i].b - math.max(s[i].d, 0)) / q[i].a)
       if left == nil or room < left then left = room end
     end
-    leased = math.min(math.floor(math.max(left or 0, 0) / shares), cap)
+    leased = math.min(math.max(left or 0, 0), cap)
     for i = 1, n do
       s[i].d = math.max(s[i].d, 0) + leased * q[i].a
     end

@@ -8,12 +8,13 @@
 //! `EVALSHA` of the decision script in mode `l` charges them there, atomically with the
 //! request that asked — and then spends them without a round trip. So:
 //!
-//! - **A lease is a share.** It is `min(floor(left / instances), cap)`, where `left` is
-//!   what the bucket's tightest quota still holds, `instances` is how many instances
-//!   share the Redis (each announces itself every two seconds in
-//!   `<key_prefix>{instances}`),
-//!   and `cap` is one `sync_interval`'s worth of the quota's rate divided by `instances`.
-//!   Near empty the share is 0: each request is decided by Redis, strictly.
+//! - **A lease is a share.** It is `min(left, cap)`, where `left` is what the bucket's
+//!   tightest quota still holds and `cap`, the instance's share, is one `sync_interval`'s
+//!   worth of the quota's rate divided by the number of instances sharing the Redis (each
+//!   announces itself every two seconds in `<key_prefix>{instances}`). So the instances
+//!   together lease at most one interval of refill at a time. (A share of `left / N`
+//!   instead shrinks geometrically near empty — a call per step — which at 1.5× the limit
+//!   cost six times the calls.) When nothing is left, Redis refuses.
 //! - **A refusal is repeated locally.** When Redis refuses (GCRA knows when the next
 //!   token is due), the instance refuses that bucket locally until then, and for at least
 //!   one `sync_interval` (at most half the time the bucket takes to refill, so that the

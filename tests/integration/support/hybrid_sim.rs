@@ -32,6 +32,8 @@ pub enum Load {
     Steady,
     /// (b) half the limit, steadily.
     Half,
+    /// (d) 1.5× the limit, steadily: the bucket is always near empty.
+    Edge,
     /// (c) a fresh client's burst: five times the burst within 100 ms.
     Burst,
 }
@@ -42,6 +44,7 @@ impl fmt::Display for Load {
             Load::Steady => "(a) 20x over",
             Load::Half => "(b) half load",
             Load::Burst => "(c) fresh burst",
+            Load::Edge => "(d) 1.5x over",
         })
     }
 }
@@ -53,6 +56,7 @@ impl Load {
             Load::Steady => (1_000_000_000 / (20 * RATE), 20 * RATE * seconds),
             Load::Half => (2_000_000_000 / RATE, RATE * seconds / 2),
             Load::Burst => (100_000_000 / (5 * RATE), 5 * RATE),
+            Load::Edge => (2_000_000_000 / (3 * RATE), 3 * RATE * seconds / 2),
         }
     }
 }
