@@ -56,6 +56,7 @@ async fn two_gateways_share_one_budget_and_buckets_land_on_every_master() {
     let Some(cluster) = RedisCluster::shared("two_gateways_share_one_budget") else {
         return;
     };
+    let _quiet = cluster.quiet().await;
     let rule = "[limits]\n\"/\" = \"6/h\"\n";
     // One seeds with a single node, the other with all six: both find the whole cluster.
     let a = instance(&format!(
@@ -107,6 +108,7 @@ async fn a_multi_quota_rule_decides_in_one_slot_in_one_round_trip() {
     let Some(cluster) = RedisCluster::shared("a_multi_quota_rule_decides_in_one_slot") else {
         return;
     };
+    let _quiet = cluster.quiet().await;
     let limits = instance(&format!(
         "{}[limits]\nlogin = {{ rate = [\"3/2s\", \"10/min\"], algorithm = \"sliding-window\" }}\n\
          api = {{ rate = [\"5/s\", \"100/h\"] }}\n",
@@ -142,6 +144,7 @@ async fn the_cluster_decides_as_memory_does() {
     let Some(cluster) = RedisCluster::shared("the_cluster_decides_as_memory_does") else {
         return;
     };
+    let _quiet = cluster.quiet().await;
     let seed = seeds(cluster, false);
     assert_decides_as_memory(|index| {
         store_table(&seed, &format!("matrix{index}"), "timeout = \"2s\"")
@@ -249,6 +252,7 @@ async fn the_bucket_listing_scans_every_master_and_forgiving_works() {
     let Some(cluster) = RedisCluster::shared("the_bucket_listing_scans_every_master") else {
         return;
     };
+    let _quiet = cluster.quiet().await;
     let limits = instance(&format!(
         "{}[limits]\n\"/\" = \"10/min\"\nlogin = \"4/min\"\n",
         store_table(&seeds(cluster, false), "listing", "timeout = \"2s\"")
@@ -298,6 +302,7 @@ async fn hybrid_leases_on_every_master_are_given_back_exactly() {
     let Some(cluster) = RedisCluster::shared("hybrid_leases_on_every_master") else {
         return;
     };
+    let _quiet = cluster.quiet().await;
     // 10 tokens a second, room for 1000; two instances lease at most 1 s × 10/s ÷ 2 = 5.
     let rule = "[limits]\n\"api\" = { rate = \"10/s\", burst = 1000 }\n";
     let hybrid = store_table(

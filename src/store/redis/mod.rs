@@ -64,6 +64,7 @@
 //! ```
 
 mod breaker;
+mod hybrid;
 mod keys;
 mod leases;
 mod listing;
@@ -81,12 +82,12 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
+use self::hybrid::Hybrid;
 use self::keys::RuleKeys;
 use self::listing::list;
 use self::pool::Pool;
 use self::script::{decision_from, script_args};
 use self::shards::{Shard, Shards};
-use self::sync::Hybrid;
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, MemoryStore, RuleId,
     Store, StoreError,

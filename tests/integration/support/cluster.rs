@@ -64,6 +64,16 @@ impl RedisCluster {
         SHARED.get_or_init(|| RedisCluster::start(test)).as_ref()
     }
 
+    /// Holds the shared cluster for one test at a time: its tests count commands in
+    /// `INFO commandstats`, which would count each other's.
+    pub async fn quiet(&self) -> tokio::sync::MutexGuard<'static, ()> {
+        static QUIET: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
+        QUIET
+            .get_or_init(|| tokio::sync::Mutex::new(()))
+            .lock()
+            .await
+    }
+
     /// A cluster of its own, or `None` after saying why the calling test skips.
     pub fn start(test: &str) -> Option<RedisCluster> {
         if !installed() {
