@@ -86,6 +86,8 @@ async fn four_instances_under_concurrent_load_admit_within_the_bound_with_few_re
     introduce(&fleet).await;
     assert!(server.command("CONFIG RESETSTAT").is_some());
 
+    // 80,000 requests at most: a short burst of CPU, so that tests running beside this one
+    // (a cluster failover timed in seconds) are not starved.
     let admitted = Arc::new(AtomicU64::new(0));
     let requests = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -96,7 +98,7 @@ async fn four_instances_under_concurrent_load_admit_within_the_bound_with_few_re
         let requests = Arc::clone(&requests);
         tasks.spawn(async move {
             let limits = &fleet[task % 4];
-            for _ in 0..50_000 {
+            for _ in 0..5_000 {
                 if started.elapsed() >= Duration::from_secs(2) {
                     break;
                 }

@@ -354,6 +354,18 @@ impl Inner {
         }
     }
 
+    /// A call to Redis for `shard` failed: the breaker counts it, it is reported, and on a
+    /// cluster the slot table is read again soon.
+    fn call_failed(self: &Arc<Self>, shard: &Shard, settings: &RedisSettings, failure: &str) {
+        shard.breaker.failed(
+            shard.breaker.now(),
+            settings.breaker_failures,
+            settings.breaker_cooldown,
+        );
+        self.report(shard, &failure);
+        self.refresh_shards(true);
+    }
+
     /// On a cluster, reads the slot table again in the background when it is due: on the
     /// first decision, every [`SHARDS_EVERY_SECS`], and at most once a second after a
     /// failure (`failed`).
@@ -392,7 +404,6 @@ impl Store for RedisStore {
         }
         let inner = Arc::clone(&self.inner);
         let settings = inner.settings.load_full();
-        let owned = OwnedRequest::new(&request);
         let key = inner
             .rules
             .load()
@@ -405,6 +416,7 @@ impl Store for RedisStore {
                 "the Redis backend was used outside a tokio runtime"
             };
             inner.report(&inner.shards.for_key(""), &reason);
+            let owned = OwnedRequest::new(&request);
             let decision =
                 inner.fallback(&owned, settings.on_backend_error, settings.breaker_cooldown);
             return Box::pin(std::future::ready(Ok(decision)));
@@ -417,6 +429,7 @@ impl Store for RedisStore {
         {
             return inner.check_hybrid(&request, key, settings, shard);
         }
+        let owned = OwnedRequest::new(&request);
         if !shard
             .breaker
             .allows(shard.breaker.now(), settings.breaker_cooldown)
@@ -448,13 +461,7 @@ impl Store for RedisStore {
                 Ok(Err(error)) => error.to_string(),
                 Err(_) => format!("no answer within {:?}", settings.timeout),
             };
-            shard.breaker.failed(
-                shard.breaker.now(),
-                settings.breaker_failures,
-                settings.breaker_cooldown,
-            );
-            inner.report(&shard, &failure);
-            inner.refresh_shards(true);
+            inner.call_failed(&shard, &settings, &failure);
             Ok(inner.fallback(&owned, settings.on_backend_error, settings.breaker_cooldown))
         })
     }

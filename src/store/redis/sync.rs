@@ -185,13 +185,7 @@ impl Inner {
                 Ok(Err(error)) => error.to_string(),
                 Err(_) => format!("no answer within {:?}", settings.timeout),
             };
-            shard.breaker.failed(
-                shard.breaker.now(),
-                settings.breaker_failures,
-                settings.breaker_cooldown,
-            );
-            inner.report(&shard, &failure);
-            inner.refresh_shards(true);
+            inner.call_failed(&shard, &settings, &failure);
             Ok(inner.hybrid_fallback(&key, &owned, &settings))
         })
     }
