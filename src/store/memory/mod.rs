@@ -13,11 +13,11 @@
 //!
 //! Memory follows active clients: a background sweep (every `[store] sweep_interval`) drops
 //! buckets that have refilled completely, losslessly. A hard bound (`[store] max_buckets`,
-//! kept per shard as `max_buckets / shards`) caps memory under a flood of distinct clients:
-//! a shard at its bound first drops its refilled buckets, then evicts a batch (1/16 of the
-//! shard) of the buckets closest to full — the smallest time until refilled, so eviction
-//! forgives as little as possible and the heaviest users are the last to go. Evictions are
-//! counted (`tollgate_evictions_total`). The scan is paid once per batch, not per request.
+//! kept across the whole store: [`bound`]) caps memory under a flood of distinct clients:
+//! past it, refilled buckets go first, then a batch (1/16 of the bound) of the buckets
+//! closest to full in any shard — the smallest time until refilled, so eviction forgives
+//! as little as possible and the heaviest users are the last to go. Evictions are counted
+//! (`tollgate_evictions_total`). The scan is paid once per batch, not per request.
 //!
 //! Each bucket remembers the intervals its TATs were measured in. When a reload changes
 //! its rule's rates, the first request to meet it re-expresses the consumption in the new
@@ -39,6 +39,7 @@ use crate::config::RuleSet;
 use crate::decision::Decision;
 use crate::quota::IntervalId;
 
+mod bound;
 mod listing;
 mod persist;
 mod state;
@@ -58,8 +59,12 @@ use tables::{Compact, Entry, Tables, compact_ip, seen_stamp};
 pub struct MemoryStore {
     shards: Box<[Shard]>,
     hasher: foldhash::quality::RandomState,
-    /// Buckets one shard may hold: `max_buckets / shards`, rounded up.
-    shard_cap: AtomicUsize,
+    /// Buckets held, in every shard.
+    held: AtomicUsize,
+    /// The bound on `held` (`[store] max_buckets`).
+    max_buckets: AtomicUsize,
+    /// Taken by the one eviction pass running.
+    evicting: Mutex<()>,
     evictions: AtomicU64,
     eviction_counter: metrics::Counter,
 }
@@ -78,7 +83,9 @@ impl MemoryStore {
                 .map(|_| Shard(Mutex::new(Tables::default())))
                 .collect(),
             hasher: foldhash::quality::RandomState::default(),
-            shard_cap: AtomicUsize::new(usize::MAX),
+            held: AtomicUsize::new(0),
+            max_buckets: AtomicUsize::new(usize::MAX),
+            evicting: Mutex::new(()),
             evictions: AtomicU64::new(0),
             eviction_counter: metrics::counter!("tollgate_evictions_total"),
         };
@@ -86,10 +93,9 @@ impl MemoryStore {
         store
     }
 
-    /// Bounds the store to about `max` buckets (enforced per shard).
+    /// Bounds the store to `max` buckets, across all its shards.
     pub fn set_max_buckets(&self, max: usize) {
-        let per_shard = max.div_ceil(self.shards.len()).max(1);
-        self.shard_cap.store(per_shard, Ordering::Relaxed);
+        self.max_buckets.store(max.max(1), Ordering::Relaxed);
     }
 
     /// Buckets evicted at the bound since the store was made.
@@ -106,36 +112,11 @@ impl MemoryStore {
                 let mut tables = shard.0.lock();
                 let before = tables.len();
                 tables.retain(now, |_, refills_in| refills_in > 0);
-                before - tables.len()
+                let dropped = before - tables.len();
+                self.count(false, dropped);
+                dropped
             })
             .sum()
-    }
-
-    /// Makes room in a full shard: refilled buckets first, then the closest to full.
-    fn make_room(&self, tables: &mut Tables, now: u64) {
-        let cap = self.shard_cap.load(Ordering::Relaxed);
-        if tables.len() < cap {
-            return;
-        }
-        tables.retain(now, |_, refills_in| refills_in > 0);
-        if tables.len() < cap {
-            return;
-        }
-        // A batch at a time, so the scan is paid once per cap/16 inserts.
-        let evict = (cap / 16).max(tables.len() + 1 - cap).max(1);
-        let mut refills = tables.refills(now);
-        let threshold = *refills.select_nth_unstable(evict - 1).1;
-        let mut evicted = 0;
-        tables.retain(now, |_, refills_in| {
-            if evicted < evict && refills_in <= threshold {
-                evicted += 1;
-                false
-            } else {
-                true
-            }
-        });
-        self.evictions.fetch_add(evicted as u64, Ordering::Relaxed);
-        self.eviction_counter.increment(evicted as u64);
     }
 
     /// Buckets currently stored (clients that are not at full budget, roughly).
@@ -152,7 +133,10 @@ impl MemoryStore {
     pub fn decide(&self, request: CheckRequest<'_>) -> Decision {
         let hash = self.hasher.hash_one(request.bucket);
         let mut tables = self.shard(hash).lock();
-        self.decide_in(&mut tables, hash, request)
+        let decision = self.decide_in(&mut tables, hash, request);
+        drop(tables);
+        self.keep_bound(request.now.as_unix_nanos());
+        decision
     }
 
     /// Decides `requests` together: if every one is admitted, every one takes its tokens;
@@ -243,6 +227,9 @@ impl MemoryStore {
             })
             .collect();
         drop(locked);
+        if let Some(first) = requests.first() {
+            self.keep_bound(first.now.as_unix_nanos());
+        }
         member.into_iter().map(|g| decided[g].clone()).collect()
     }
 
@@ -294,13 +281,13 @@ impl MemoryStore {
             let mut tat = [0];
             let decision = decide_gcra(&mut tat, &request, now);
             if keep(&decision) {
-                self.make_room(tables, now);
                 let hasher = &self.hasher;
                 tables.compact.insert_unique(
                     hash,
                     Compact::new(rule, ip, interval, tat[0], now),
                     |c| hash_compact(hasher, c),
                 );
+                self.count(true, 1);
             }
             return decision;
         }
@@ -316,11 +303,11 @@ impl MemoryStore {
                     .map(|client| client.clone().into_owned()),
                 state,
             };
-            self.make_room(tables, now);
             let hasher = &self.hasher;
             tables
                 .general
                 .insert_unique(hash, entry, |entry| hasher.hash_one(entry.bucket()));
+            self.count(true, 1);
         }
         decision
     }
@@ -389,7 +376,11 @@ impl MemoryStore {
     /// Drops one bucket; whether it existed.
     pub fn remove_bucket(&self, bucket: BucketRef<'_>) -> bool {
         let hash = self.hasher.hash_one(bucket);
-        self.shard(hash).lock().remove(hash, bucket)
+        let removed = self.shard(hash).lock().remove(hash, bucket);
+        if removed {
+            self.count(false, 1);
+        }
+        removed
     }
 
     /// Drops every bucket of `rules` (rules a reload removed).
@@ -398,7 +389,10 @@ impl MemoryStore {
             return;
         }
         for shard in &self.shards {
-            shard.0.lock().retain(0, |rule, _| !rules.contains(&rule));
+            let mut tables = shard.0.lock();
+            let before = tables.len();
+            tables.retain(0, |rule, _| !rules.contains(&rule));
+            self.count(false, before - tables.len());
         }
     }
 }
@@ -671,15 +665,33 @@ mod tests {
             );
         }
         let store = limits.store();
-        let cap_per_shard = 256usize.div_ceil(store.shards.len());
-        assert!(
-            store.len() <= cap_per_shard * store.shards.len(),
-            "{} buckets held",
-            store.len()
-        );
-        assert!(store.evictions() >= 20_000 - (cap_per_shard * store.shards.len()) as u64);
+        assert!(store.len() <= 256, "{} buckets held", store.len());
+        assert!(store.evictions() >= 20_000 - 256);
         // The one who used everything was never the closest to full: still limited.
         assert!(!poll(limits.check("10.0.0.1", 1)).unwrap().allowed());
+    }
+
+    #[test]
+    fn a_bound_smaller_than_the_shard_count_still_keeps_the_exhausted_client() {
+        let clock = FakeClock::new();
+        let limits = crate::Limits::builder()
+            .clock(clock.clone())
+            .from_toml("[store]\nmax_buckets = 4\n[limits]\n\"/\" = \"10/min\"\n")
+            .unwrap();
+        assert!(limits.store().shards.len() > 4, "fewer buckets than shards");
+        for _ in 0..10 {
+            assert!(poll(limits.check("10.0.0.1", 1)).unwrap().allowed());
+        }
+        // Newcomers, one request each, land in every shard, the abuser's included.
+        for i in 0..200u32 {
+            let client = std::net::Ipv4Addr::from(0x0b00_0000 + i).to_string();
+            assert!(poll(limits.check(&client, 1)).unwrap().allowed());
+            assert!(limits.store().len() <= 4, "{} held", limits.store().len());
+        }
+        assert!(
+            !poll(limits.check("10.0.0.1", 1)).unwrap().allowed(),
+            "the exhausted client is the last to be forgotten"
+        );
     }
 
     #[test]

@@ -108,7 +108,9 @@ impl MemoryStore {
                 }
             }
             restored += 1;
+            self.count(true, 1);
         }
+        self.keep_bound(now);
         restored
     }
 }
