@@ -29,6 +29,8 @@ pub struct Decision {
     left: Left,
     /// On a denial, time until a request of the same cost would be admitted.
     retry: u64,
+    /// On an admission under `on_limit = "delay"`, how long to hold the request first.
+    delay: u64,
     /// Time until every quota of the rule is full.
     reset: u64,
     rule: Option<Arc<str>>,
@@ -66,6 +68,7 @@ impl Decision {
                 next: 0,
             },
             retry: 0,
+            delay: 0,
             reset: 0,
             rule: None,
             shadow: false,
@@ -88,6 +91,7 @@ impl Decision {
             window: burst.saturating_mul(interval),
             left: Left::Bucket { interval, debt },
             retry,
+            delay: 0,
             reset: debt,
             rule: None,
             shadow: false,
@@ -113,6 +117,7 @@ impl Decision {
             window,
             left: Left::Counted { remaining, next },
             retry,
+            delay: 0,
             reset,
             rule: None,
             shadow: false,
@@ -130,6 +135,20 @@ impl Decision {
                 session,
             };
         }
+        self
+    }
+
+    pub(crate) fn with_delay(mut self, delay: u64) -> Decision {
+        self.delay = delay;
+        self
+    }
+
+    /// This admission turned into a refusal for as long as it would have been held (when
+    /// nothing can hold it: no timer to wait on).
+    pub(crate) fn refused_instead_of_held(mut self) -> Decision {
+        self.allowed = false;
+        self.retry = self.delay;
+        self.delay = 0;
         self
     }
 
@@ -199,6 +218,25 @@ impl Decision {
     /// On a denial, time until a request of the same cost would be admitted; zero otherwise.
     pub fn retry_after(&self) -> Duration {
         Duration::from_nanos(self.retry)
+    }
+
+    /// For a rule with `on_limit = "delay"`: how long an admitted request is held before it
+    /// passes — its place in the schedule, already taken. Zero for everything else. The layer
+    /// waits it out; callers of [`Limits::check`](crate::Limits::check) wait themselves.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let toml = "[limits]\nupload = { rate = \"5/s\", burst = 1, on_limit = \"delay\", max_delay = \"1s\" }\n";
+    /// let clock = tollgate::clock::FakeClock::new();
+    /// let limits = tollgate::Limits::builder().clock(clock).from_toml(toml)?;
+    /// assert_eq!(limits.check("upload/me", 1).await?.delay().as_millis(), 0);
+    /// let second = limits.check("upload/me", 1).await?;
+    /// assert!(second.allowed());
+    /// assert_eq!(second.delay().as_millis(), 200, "its turn comes one interval later");
+    /// # Ok(()) }
+    /// ```
+    pub fn delay(&self) -> Duration {
+        Duration::from_nanos(self.delay)
     }
 
     /// Time until the bucket is full again (every quota of the rule).

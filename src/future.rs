@@ -1,6 +1,11 @@
-//! [`ResponseFuture`]: the inner call, a ready-made denial, or (for remote stores) a
-//! decision still on its way. Nothing is boxed on the common paths; a `count_status`
-//! request carries a boxed charge to settle once its response shows whether it counts.
+//! [`ResponseFuture`]: the inner call, a ready-made denial, (for remote stores) a decision
+//! still on its way, or (`on_limit = "delay"`) a request held until its turn. Nothing is
+//! boxed on the common paths; a `count_status` request carries a boxed charge to settle
+//! once its response shows whether it counts, and a held request a boxed timer.
+//!
+//! A held request costs a timer, not a thread. Dropped while held (the client went away),
+//! it never reaches the inner service, and gives nothing back: its place in the schedule
+//! was taken when it was decided, as nginx's `limit_req` accounts a delayed request.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -59,7 +64,19 @@ pin_project! {
         Rejected {
             response: Option<Response<Bytes>>,
         },
+        Holding {
+            timer: Pin<Box<tokio::time::Sleep>>,
+            held: Option<Box<Held<S, B, St>>>,
+        },
     }
+}
+
+/// A request admitted for later (`on_limit = "delay"`), with a service made ready for it.
+struct Held<S, B, St> {
+    service: S,
+    request: Request<B>,
+    headers: RateLimitHeaders,
+    charge: Option<Box<PendingCharge<St>>>,
 }
 
 /// A request waiting for its decision, with a service already made ready for it.
@@ -130,6 +147,27 @@ where
         }
     }
 
+    /// Holds `request` for `delay`, then calls the ready `service` with it.
+    pub(crate) fn holding(
+        delay: std::time::Duration,
+        service: S,
+        request: Request<B>,
+        headers: RateLimitHeaders,
+        charge: Option<Box<PendingCharge<St>>>,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Holding {
+                timer: Box::pin(tokio::time::sleep(delay)),
+                held: Some(Box::new(Held {
+                    service,
+                    request,
+                    headers,
+                    charge,
+                })),
+            },
+        }
+    }
+
     pub(crate) fn rejected(response: Response<Bytes>) -> Self {
         ResponseFuture {
             state: State::Rejected {
@@ -195,10 +233,36 @@ where
                             headers,
                             charge,
                         }),
+                        Outcome::Hold(delay, headers) => state.set(State::Holding {
+                            timer: Box::pin(tokio::time::sleep(delay)),
+                            held: Some(Box::new(Held {
+                                service,
+                                request,
+                                headers,
+                                charge,
+                            })),
+                        }),
                         Outcome::Reject(response) => {
                             return Poll::Ready(Ok(response.map(ResponseBody::rejection)));
                         }
                     }
+                }
+                StateProj::Holding { timer, held } => {
+                    ready!(timer.as_mut().poll(cx));
+                    let Some(held) = held.take() else {
+                        return Poll::Pending;
+                    };
+                    let Held {
+                        mut service,
+                        request,
+                        headers,
+                        charge,
+                    } = *held;
+                    state.set(State::Calling {
+                        future: service.call(request),
+                        headers: Some(headers),
+                        charge,
+                    });
                 }
                 StateProj::Calling {
                     future,

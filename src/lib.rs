@@ -20,7 +20,7 @@ mod outcome;
 mod quota;
 mod service;
 
-pub use algorithm::Algorithm;
+pub use algorithm::{Algorithm, Delay, Shaping};
 pub use decision::Decision;
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;

@@ -15,6 +15,9 @@ use crate::store::StoreError;
 pub(crate) enum Outcome {
     /// Call the inner service, then add these headers (none for a failed store).
     Admit(Option<RateLimitHeaders>),
+    /// `on_limit = "delay"`: wait this long, then call the inner service and add these
+    /// headers. Its place in the schedule is already taken.
+    Hold(std::time::Duration, RateLimitHeaders),
     /// Answer with this denial.
     Reject(Response<Bytes>),
 }
@@ -42,6 +45,30 @@ impl Outcome {
                     }
                 }
                 Outcome::Admit(None)
+            }
+            Ok(decision) if decision.allowed() && !decision.delay().is_zero() => {
+                // Holding needs a timer: without a tokio runtime the request is refused for
+                // as long as it would have waited.
+                if tokio::runtime::Handle::try_current().is_err() {
+                    if let Some(counters) = rule.counters() {
+                        counters.limited.increment(1);
+                    }
+                    return Outcome::Reject(rejection(
+                        rule,
+                        &decision.refused_instead_of_held(),
+                        response,
+                    ));
+                }
+                let delay = decision.delay();
+                if let Some(counters) = rule.counters() {
+                    counters.allowed.increment(1);
+                    counters.delayed.increment(1);
+                    counters.delay.record(delay.as_secs_f64());
+                }
+                Outcome::Hold(
+                    delay,
+                    RateLimitHeaders::new(rule, &decision, response.headers),
+                )
             }
             Ok(decision) if decision.allowed() => {
                 if let Some(counters) = rule.counters() {

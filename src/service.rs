@@ -155,6 +155,11 @@ where
                 Outcome::Admit(headers) => {
                     ResponseFuture::call(self.inner.call(request), headers, charge)
                 }
+                Outcome::Hold(delay, headers) => {
+                    let fresh = self.inner.clone();
+                    let ready = std::mem::replace(&mut self.inner, fresh);
+                    ResponseFuture::holding(delay, ready, request, headers, charge)
+                }
                 Outcome::Reject(response) => ResponseFuture::rejected(response),
             };
         }

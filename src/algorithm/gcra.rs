@@ -46,7 +46,7 @@
 //! waits until its usage is back under it. A change of burst alone needs no conversion —
 //! the same debt is the same number of used tokens.
 
-use super::CheckMode;
+use super::{CheckMode, Shaping};
 use crate::Quota;
 use crate::decision::Decision;
 
@@ -61,12 +61,13 @@ pub(crate) fn decide(
     now: u64,
     mode: CheckMode,
     strict: bool,
+    shaping: &Shaping,
 ) -> Decision {
     let refuses = |tat: u64, quota: &Quota| {
         let after = tat
             .max(now)
             .saturating_add(cost.saturating_mul(quota.interval_nanos()));
-        after - now > quota.capacity_nanos()
+        after - now > shaping.tolerance(quota)
     };
     let allowed = !tats
         .iter()
@@ -78,7 +79,7 @@ pub(crate) fn decide(
                 let interval = quota.interval_nanos();
                 let held = now
                     .saturating_add(interval)
-                    .saturating_add(quota.capacity_nanos())
+                    .saturating_add(shaping.tolerance(quota))
                     .saturating_sub(cost.saturating_mul(interval));
                 *tat = (*tat).max(held);
             }
@@ -89,6 +90,7 @@ pub(crate) fn decide(
 
     let mut described: Option<Decision> = None;
     let mut reset = 0;
+    let mut hold = 0;
     for (index, (tat, quota)) in tats.iter_mut().zip(quotas).enumerate() {
         let interval = quota.interval_nanos();
         let start = (*tat).max(now);
@@ -100,11 +102,14 @@ pub(crate) fn decide(
         }
         let debt = state - now;
         reset = reset.max(debt);
+        if allowed && take {
+            hold = hold.max(shaping.hold(quota, debt));
+        }
         let retry = if allowed {
             0
         } else {
             taken
-                .saturating_sub(quota.capacity_nanos())
+                .saturating_sub(shaping.tolerance(quota))
                 .saturating_sub(now)
         };
         let index = u32::try_from(index).unwrap_or(u32::MAX);
@@ -118,7 +123,9 @@ pub(crate) fn decide(
         );
         super::keep_most_restrictive(&mut described, candidate);
     }
-    described.map_or(Decision::unlimited(), |decision| decision.with_reset(reset))
+    described.map_or(Decision::unlimited(), |decision| {
+        decision.with_reset(reset).with_delay(hold)
+    })
 }
 
 /// Re-expresses buckets measured in `old_intervals` for `quotas`, writing new TATs.
@@ -165,6 +172,119 @@ mod tests {
 
     fn quota(rate: &str, burst: u32) -> Quota {
         Quota::new(rate.parse().unwrap(), NonZeroU32::new(burst).unwrap()).unwrap()
+    }
+
+    /// The engine without shaping, as most tests use it.
+    fn decide(
+        tats: &mut [u64],
+        quotas: &[Quota],
+        cost: u64,
+        now: u64,
+        mode: CheckMode,
+        strict: bool,
+    ) -> Decision {
+        super::decide(tats, quotas, cost, now, mode, strict, &Shaping::NONE)
+    }
+
+    fn delayed(max: u64, after: Option<u32>) -> Shaping {
+        Shaping::NONE.with_delay(crate::Delay::new(Duration::from_nanos(max), after))
+    }
+
+    #[test]
+    fn a_delay_schedules_each_request_one_interval_after_the_last() {
+        // 5/s, burst 1, max_delay 2 s: the first passes, then one every 200 ms, up to 2 s.
+        let quotas = [quota("5/s", 1)];
+        let shaping = delayed(2 * SECOND, None);
+        let mut tats = [0];
+        let waits: Vec<Option<u64>> = (0..16)
+            .map(|_| {
+                let d = super::decide(
+                    &mut tats,
+                    &quotas,
+                    1,
+                    NOW,
+                    CheckMode::Consume,
+                    false,
+                    &shaping,
+                );
+                d.allowed().then(|| d.delay().as_millis() as u64)
+            })
+            .collect();
+        let admitted: Vec<u64> = (0..=10).map(|k| k * 200).collect();
+        assert_eq!(
+            waits[..11],
+            admitted.iter().map(|&w| Some(w)).collect::<Vec<_>>()[..]
+        );
+        assert!(waits[11..].iter().all(Option::is_none), "{waits:?}");
+        // A refusal took nothing: it names the time when one would be held at most 2 s.
+        let refused = super::decide(
+            &mut tats,
+            &quotas,
+            1,
+            NOW,
+            CheckMode::Consume,
+            false,
+            &shaping,
+        );
+        assert_eq!(refused.retry_after(), Duration::from_millis(200));
+        let later = super::decide(
+            &mut tats,
+            &quotas,
+            1,
+            NOW + SECOND / 5,
+            CheckMode::Consume,
+            false,
+            &shaping,
+        );
+        assert!(later.allowed());
+        assert_eq!(later.delay(), Duration::from_secs(2));
+    }
+
+    #[test]
+    fn delay_after_lets_that_many_of_a_burst_pass_at_once() {
+        // 10/s burst 5, the first 2 at once, the rest 100 ms apart, held at most 1 s.
+        let quotas = [quota("10/s", 5)];
+        let shaping = delayed(SECOND, Some(2));
+        let mut tats = [0];
+        let waits: Vec<u128> = (0..20)
+            .map(|_| {
+                super::decide(
+                    &mut tats,
+                    &quotas,
+                    1,
+                    NOW,
+                    CheckMode::Consume,
+                    false,
+                    &shaping,
+                )
+            })
+            .take_while(Decision::allowed)
+            .map(|d| d.delay().as_millis())
+            .collect();
+        assert_eq!(
+            waits,
+            [0, 0, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000]
+        );
+    }
+
+    #[test]
+    fn a_peek_or_a_refusal_is_never_held() {
+        let quotas = [quota("5/s", 1)];
+        let shaping = delayed(SECOND, None);
+        let mut tats = [0];
+        super::decide(
+            &mut tats,
+            &quotas,
+            1,
+            NOW,
+            CheckMode::Consume,
+            false,
+            &shaping,
+        );
+        let peek = super::decide(&mut tats, &quotas, 1, NOW, CheckMode::Peek, false, &shaping);
+        assert!(peek.allowed());
+        assert_eq!(peek.delay(), Duration::ZERO);
+        assert_eq!(tats[0], NOW + SECOND / 5, "a peek takes nothing");
     }
 
     #[test]

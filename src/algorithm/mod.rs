@@ -10,11 +10,16 @@
 
 pub(crate) mod discrete;
 pub(crate) mod gcra;
+pub(crate) mod log;
+pub(crate) mod shaping;
+pub(crate) mod warmup;
 pub(crate) mod window;
 
 use serde::Deserialize;
 
 use crate::decision::Decision;
+
+pub use shaping::{Delay, Shaping};
 
 /// How a rule counts (`algorithm = "gcra" | "sliding-window" | "fixed-window"`).
 ///
@@ -34,6 +39,8 @@ pub enum Algorithm {
     SlidingWindow,
     /// A counter reset at every period boundary.
     FixedWindow,
+    /// Exact: a timestamp per admitted request, counted over the rolling window.
+    SlidingLog,
     /// smyte/ratelimit's bucket: `refill` tokens added at once every `period`, at most
     /// `burst`. Only for caller-defined buckets ([`Limits::take_from`](crate::Limits::take_from),
     /// the `RL.*` commands); a rule cannot choose it.
@@ -47,6 +54,7 @@ impl std::fmt::Display for Algorithm {
             Algorithm::Gcra => "gcra",
             Algorithm::SlidingWindow => "sliding-window",
             Algorithm::FixedWindow => "fixed-window",
+            Algorithm::SlidingLog => "sliding-log",
             Algorithm::DiscreteRefill => "discrete-refill",
         })
     }

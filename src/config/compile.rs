@@ -18,7 +18,9 @@ use super::raw::{OneOrMany, RawFile, RawRule};
 use super::rule::{Limit, Origin, Rule, RuleId, StatusSet, display_name};
 use super::rule_set::RuleSet;
 use super::settings::Settings;
+use super::shaping;
 use super::source::SourceText;
+use super::store::Backend;
 use crate::algorithm::Algorithm;
 use crate::key::{RouteSettings, normalize_route};
 use crate::quota::{Quota, Rate};
@@ -119,7 +121,8 @@ impl RuleSet {
         let mut rules = Vec::with_capacity(chosen.len());
         let mut next_id = previous.map_or(0, RuleSet::next_id);
         for (key, (source, raw_key, rule)) in chosen {
-            let Some(limit) = compile_limit(source, raw_key, rule, &mut diagnostics) else {
+            let Some(limit) = compile_limit(source, raw_key, rule, &settings, &mut diagnostics)
+            else {
                 continue;
             };
             let inherited = previous
@@ -190,6 +193,7 @@ fn compile_limit(
     source: &SourceText,
     key: &Spanned<String>,
     rule: &Spanned<RawRule>,
+    settings: &Settings,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Option<Limit> {
     let before = diagnostics.len();
@@ -203,7 +207,11 @@ fn compile_limit(
             || raw.strict.is_some()
             || raw.shadow.is_some()
             || raw.algorithm.is_some()
-            || raw.count_status.is_some();
+            || raw.count_status.is_some()
+            || raw.on_limit.is_some()
+            || raw.max_delay.is_some()
+            || raw.delay_after.is_some()
+            || raw.warmup.is_some();
         if others {
             diagnostics.push(source.at(
                 rule_span,
@@ -226,7 +234,11 @@ fn compile_limit(
                 format!("burst applies to algorithm = \"gcra\"; a {algorithm} allows each rate's count per period"),
             ));
         }
-        if let Some(strict) = raw.strict.as_ref().filter(|s| *s.get_ref()) {
+        if let Some(strict) = raw
+            .strict
+            .as_ref()
+            .filter(|s| *s.get_ref() && algorithm != Algorithm::SlidingLog)
+        {
             diagnostics.push(source.at(
                 strict.span(),
                 format!("strict applies to algorithm = \"gcra\": a {algorithm} has no refill to hold back"),
@@ -333,14 +345,35 @@ fn compile_limit(
             }
         }
     }
+    let per = raw.per.unwrap_or_default();
+    let count_status = count_status.flatten();
+    let shaping = if diagnostics.len() == before {
+        let context = shaping::Context {
+            name,
+            algorithm,
+            quotas: &quotas,
+            per,
+            counts_status: count_status.is_some(),
+            upstream_timeout: settings.gateway.upstream_timeout,
+            shared_store: match settings.store.backend {
+                Backend::Memory => None,
+                Backend::Redis => Some("redis"),
+                Backend::RedisCluster => Some("redis-cluster"),
+            },
+        };
+        shaping::compile_shaping(source, raw, rule_span.clone(), &context, diagnostics)
+    } else {
+        crate::Shaping::NONE
+    };
     (diagnostics.len() == before).then(|| Limit::Limited {
         quotas,
         cost,
-        per: raw.per.unwrap_or_default(),
+        per,
         algorithm,
         strict: raw.strict.as_ref().is_some_and(|s| *s.get_ref()),
+        shaping,
         shadow: raw.shadow.as_ref().is_some_and(|s| *s.get_ref()),
-        count_status: count_status.flatten(),
+        count_status,
     })
 }
 

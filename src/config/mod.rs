@@ -30,6 +30,7 @@ mod response;
 mod rule;
 mod rule_set;
 mod settings;
+mod shaping;
 pub(crate) mod source;
 mod store;
 

@@ -156,6 +156,10 @@ pub(crate) struct RawRule {
     pub(crate) shadow: Option<Spanned<bool>>,
     pub(crate) algorithm: Option<Spanned<Algorithm>>,
     pub(crate) count_status: Option<Spanned<Vec<Spanned<toml::Value>>>>,
+    pub(crate) on_limit: Option<Spanned<String>>,
+    pub(crate) max_delay: Option<Spanned<String>>,
+    pub(crate) delay_after: Option<Spanned<i64>>,
+    pub(crate) warmup: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -170,6 +174,10 @@ struct RawRuleTable {
     shadow: Option<Spanned<bool>>,
     algorithm: Option<Spanned<Algorithm>>,
     count_status: Option<Spanned<Vec<Spanned<toml::Value>>>>,
+    on_limit: Option<Spanned<String>>,
+    max_delay: Option<Spanned<String>>,
+    delay_after: Option<Spanned<i64>>,
+    warmup: Option<Spanned<String>>,
 }
 
 impl<'de> Deserialize<'de> for RawRule {
@@ -203,6 +211,10 @@ impl<'de> Deserialize<'de> for RawRule {
                     shadow: table.shadow,
                     algorithm: table.algorithm,
                     count_status: table.count_status,
+                    on_limit: table.on_limit,
+                    max_delay: table.max_delay,
+                    delay_after: table.delay_after,
+                    warmup: table.warmup,
                 })
             }
         }

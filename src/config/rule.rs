@@ -58,6 +58,9 @@ pub(crate) struct RuleCounters {
     pub(crate) allowed: metrics::Counter,
     pub(crate) limited: metrics::Counter,
     pub(crate) shadow_limited: metrics::Counter,
+    /// `on_limit = "delay"`: requests held, and for how long.
+    pub(crate) delayed: metrics::Counter,
+    pub(crate) delay: metrics::Histogram,
 }
 
 impl RuleCounters {
@@ -66,7 +69,9 @@ impl RuleCounters {
         RuleCounters {
             allowed: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "allowed"),
             limited: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "limited"),
-            shadow_limited: metrics::counter!("tollgate_requests_total", "rule" => name, "outcome" => "shadow_limited"),
+            shadow_limited: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "shadow_limited"),
+            delayed: metrics::counter!("tollgate_delayed_total", "rule" => Arc::clone(&name)),
+            delay: metrics::histogram!("tollgate_delay_seconds", "rule" => name),
         }
     }
 }
@@ -95,6 +100,8 @@ pub enum Limit {
         algorithm: Algorithm,
         /// Refused requests hold the refill back (GCRA only).
         strict: bool,
+        /// Delay and warm-up (token-bucket rules only).
+        shaping: crate::Shaping,
         /// Measure and report, never refuse.
         shadow: bool,
         /// Only responses with these statuses take tokens; `None`: every request does.
@@ -318,6 +325,53 @@ impl Rule {
             Limit::Limited { algorithm, .. } => Some(*algorithm),
             Limit::Unlimited => None,
         }
+    }
+
+    /// How the rule shapes traffic besides refusing: `on_limit = "delay"`, `warmup`
+    /// (`None` for unlimited rules).
+    pub fn shaping(&self) -> Option<crate::Shaping> {
+        match &self.limit {
+            Limit::Limited { shaping, .. } => Some(*shaping),
+            Limit::Unlimited => None,
+        }
+    }
+
+    /// What kind of bucket the rule keeps, in a few words: the algorithm and its shaping
+    /// (what `--check`, `/config`, `/explain` and `/buckets` show).
+    ///
+    /// ```
+    /// let rules = tollgate::config::RuleSet::from_toml(
+    ///     "[limits]\nup = { rate = \"5/s\", on_limit = \"delay\", max_delay = \"2s\", warmup = \"30s\" }\n\
+    ///      login = { rate = \"5/h\", algorithm = \"sliding-log\", strict = true }\n",
+    /// )?;
+    /// assert_eq!(rules.get("up").unwrap().kind(), "gcra, delayed up to 2s, warm-up 30s");
+    /// assert_eq!(rules.get("login").unwrap().kind(), "sliding-log, strict");
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn kind(&self) -> String {
+        let Limit::Limited {
+            algorithm,
+            strict,
+            shaping,
+            ..
+        } = &self.limit
+        else {
+            return "unlimited".to_owned();
+        };
+        let mut kind = algorithm.to_string();
+        if let Some(delay) = shaping.delay() {
+            kind.push_str(&format!(", delayed up to {:?}", delay.max()));
+            if let Some(after) = delay.after() {
+                kind.push_str(&format!(" after {after} at once"));
+            }
+        }
+        if let Some(warmup) = shaping.warmup() {
+            kind.push_str(&format!(", warm-up {warmup:?}"));
+        }
+        if *strict {
+            kind.push_str(", strict");
+        }
+        kind
     }
 
     /// Whether refused requests hold the refill back (`strict = true`).

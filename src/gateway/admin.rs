@@ -236,7 +236,12 @@ pub fn rules_json(rules: &RuleSet) -> Vec<Value> {
                     "cost": rule.cost(),
                     "per": match per { Per::Client => "client", Per::Global => "global" },
                     "algorithm": rule.algorithm().map(|a| a.to_string()),
+                    "kind": rule.kind(),
                     "strict": rule.is_strict(),
+                    "on_limit": if rule.shaping().and_then(|s| s.delay()).is_some() { "delay" } else { "reject" },
+                    "max_delay_seconds": rule.shaping().and_then(|s| s.delay()).map(|d| d.max().as_secs_f64()),
+                    "delay_after": rule.shaping().and_then(|s| s.delay()).and_then(|d| d.after()),
+                    "warmup_seconds": rule.shaping().and_then(|s| s.warmup()).map(|w| w.as_secs_f64()),
                     "shadow": rule.is_shadow(),
                     "count_status": rule.count_status().map(ToString::to_string),
                 }),
@@ -286,6 +291,7 @@ async fn buckets(
             "rows": rows.iter().map(|row| json!({
                 "key": row.key,
                 "rule": row.rule,
+                "kind": row.kind,
                 "remaining": row.remaining,
                 "capacity": row.capacity,
                 "fraction": row.fraction,
@@ -389,6 +395,7 @@ async fn explain(
         "key": why.key,
         "tried": why.tried.iter().map(|s| json!({"prefix": s.prefix, "has_rule": s.has_rule})).collect::<Vec<_>>(),
         "rule": why.rule,
+        "kind": why.rule.as_deref().and_then(|name| rules.rules().iter().find(|r| r.name() == name)).map(|r| r.kind()),
         "bucket": why.bucket,
         "state": state_now,
     }))

@@ -11,6 +11,11 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 /// Decision latency buckets, in seconds: the decision takes hundreds of nanoseconds.
 const DECISION_BUCKETS: [f64; 9] = [1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 1e-4, 1e-3];
 
+/// How long `on_limit = "delay"` held requests, in seconds: milliseconds to a minute.
+const DELAY_BUCKETS: [f64; 12] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
+];
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Installs the process-wide Prometheus recorder (once) and returns its handle.
@@ -31,6 +36,12 @@ pub fn install() -> PrometheusHandle {
                         &DECISION_BUCKETS,
                     )
                 })
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(
+                        Matcher::Full("tollgate_delay_seconds".into()),
+                        &DELAY_BUCKETS,
+                    )
+                })
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
@@ -48,6 +59,14 @@ fn describe() {
     describe_counter!(
         "tollgate_requests_total",
         "Requests decided, by rule and outcome (allowed, limited)."
+    );
+    describe_counter!(
+        "tollgate_delayed_total",
+        "Requests on_limit = \"delay\" held before admitting them, by rule (also counted as allowed)."
+    );
+    describe_histogram!(
+        "tollgate_delay_seconds",
+        "How long on_limit = \"delay\" held each delayed request, by rule."
     );
     describe_gauge!(
         "tollgate_buckets_active",

@@ -11,9 +11,15 @@ use crate::config::{Per, Rule, RuleSet};
 /// let rules = tollgate::config::RuleSet::from_toml(
 ///     "[limits]\nlogin = { rate = \"5/min\", strict = true }\nhealthz = { unlimited = true }\n",
 /// )?;
-/// let table = tollgate::gateway::describe_rules(&rules);
+/// use tollgate::gateway::describe_rules;
+/// let table = describe_rules(&rules);
 /// assert!(table.contains("login") && table.contains("5/1m burst 5 · gcra · cost 1 · per client · strict"));
 /// assert!(table.contains("healthz") && table.contains("unlimited"));
+///
+/// let shaped = tollgate::config::RuleSet::from_toml(
+///     "[limits]\nup = { rate = \"5/s\", on_limit = \"delay\", max_delay = \"2s\", delay_after = 2 }\n",
+/// )?;
+/// assert!(describe_rules(&shaped).contains("5/1s burst 5 · gcra · cost 1 · per client · delay ≤ 2s after 2"));
 /// # Ok::<(), tollgate::config::ConfigError>(())
 /// ```
 pub fn describe_rules(rules: &RuleSet) -> String {
@@ -50,6 +56,17 @@ fn describe(rule: &Rule) -> String {
     );
     if rule.is_strict() {
         line.push_str(" · strict");
+    }
+    if let Some(shaping) = rule.shaping() {
+        if let Some(delay) = shaping.delay() {
+            let _ = write!(line, " · delay ≤ {:?}", delay.max());
+            if let Some(after) = delay.after() {
+                let _ = write!(line, " after {after}");
+            }
+        }
+        if let Some(warmup) = shaping.warmup() {
+            let _ = write!(line, " · warm-up {warmup:?}");
+        }
     }
     if rule.is_shadow() {
         line.push_str(" · shadow");

@@ -204,6 +204,7 @@ impl<St: Store> Limits<St> {
             per,
             algorithm,
             strict,
+            shaping,
             ..
         } = rule.limit()
         else {
@@ -225,6 +226,7 @@ impl<St: Store> Limits<St> {
             mode,
             algorithm: *algorithm,
             strict: *strict,
+            shaping: *shaping,
         }))
     }
 }

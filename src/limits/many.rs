@@ -179,6 +179,7 @@ fn request<'a>(entry: &'a Limited<'_>, now: Timestamp) -> Option<CheckRequest<'a
         per,
         algorithm,
         strict,
+        shaping,
         ..
     } = entry.rule.limit()
     else {
@@ -193,6 +194,7 @@ fn request<'a>(entry: &'a Limited<'_>, now: Timestamp) -> Option<CheckRequest<'a
         cost: entry.cost,
         algorithm: *algorithm,
         strict: *strict,
+        shaping: *shaping,
         now,
         mode: CheckMode::Consume,
     })

@@ -88,6 +88,8 @@ pub struct BucketRow {
     pub key: String,
     /// The rule's name (`/` for the root).
     pub rule: String,
+    /// What kind of bucket: the rule's algorithm and shaping ([`Rule::kind`](crate::config::Rule::kind)).
+    pub kind: String,
     /// Whole tokens left now.
     pub remaining: u64,
     /// Tokens when full.

@@ -22,6 +22,7 @@
 //!     cost: 1,
 //!     algorithm: tollgate::Algorithm::Gcra,
 //!     strict: false,
+//!     shaping: tollgate::Shaping::NONE,
 //!     now: FakeClock::new().now(),
 //!     mode: CheckMode::Consume,
 //! };
@@ -59,7 +60,7 @@ pub use crate::algorithm::CheckMode;
 pub use crate::config::RuleId;
 
 use crate::Quota;
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Shaping};
 use crate::clock::Timestamp;
 use crate::config::RuleSet;
 use crate::decision::Decision;
@@ -86,8 +87,10 @@ pub struct CheckRequest<'a> {
     pub cost: u64,
     /// The rule's algorithm.
     pub algorithm: Algorithm,
-    /// Whether refused requests hold the refill back (GCRA only).
+    /// Whether refused requests hold the refill back.
     pub strict: bool,
+    /// Delay and warm-up (token-bucket rules only); [`Shaping::NONE`] for plain limits.
+    pub shaping: Shaping,
     /// The one reading of the clock this decision is made at.
     pub now: Timestamp,
     /// Consume or peek.

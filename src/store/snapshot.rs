@@ -85,6 +85,10 @@ pub(crate) enum Layout {
     /// `discrete`: a caller-defined (`RL.*`) bucket: tokens, refill mark, session start,
     /// max, refill, interval.
     Discrete,
+    /// `log`: a sliding log: `n`, its `n` periods, then its timestamps oldest first.
+    Log,
+    /// `warm`: a warming bucket: TAT, stored permits (`f64` bits), interval, warm-up.
+    Warm,
 }
 
 impl Layout {
@@ -93,6 +97,8 @@ impl Layout {
             Layout::One => "one",
             Layout::Many => "many",
             Layout::Discrete => "discrete",
+            Layout::Log => "log",
+            Layout::Warm => "warm",
         }
     }
 
@@ -101,6 +107,11 @@ impl Layout {
             Layout::One => words.len() == 2,
             Layout::Many => !words.is_empty() && words.len().is_multiple_of(3),
             Layout::Discrete => words.len() == 6,
+            Layout::Log => words
+                .first()
+                .and_then(|&n| usize::try_from(n).ok())
+                .is_some_and(|n| words.len() > n),
+            Layout::Warm => words.len() == 4,
         }
     }
 }
@@ -212,6 +223,8 @@ fn parse_record(line: &str) -> Option<Record> {
         "one" => Layout::One,
         "many" => Layout::Many,
         "discrete" => Layout::Discrete,
+        "log" => Layout::Log,
+        "warm" => Layout::Warm,
         _ => return None,
     };
     let words: Vec<u64> = fields.map(|w| w.parse().ok()).collect::<Option<_>>()?;

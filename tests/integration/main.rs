@@ -26,6 +26,7 @@ mod redis_hybrid;
 mod reload;
 mod remote_config;
 mod resp;
+mod shaping;
 mod sigterm;
 mod snapshots;
 mod support;

@@ -123,6 +123,33 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
             ],
         ),
         (
+            "delay: held one interval apart, beyond max_delay refused",
+            "\"/\" = { rate = \"5/s\", burst = 2, on_limit = \"delay\", max_delay = \"1s\" }\n\
+             after = { rate = \"10/s\", burst = 4, on_limit = \"delay\", max_delay = \"500ms\", delay_after = 1 }\n",
+            [
+                knock("d", 9, 0),
+                vec![Wait(300)],
+                knock("d", 3, 100),
+                knock("after/a", 10, 0),
+                vec![Peek("d")],
+            ]
+            .concat(),
+        ),
+        (
+            "sliding log: exact, several quotas, strict logs refusals",
+            "\"/\" = { rate = [\"3/s\", \"10/min\"], algorithm = \"sliding-log\" }\n\
+             strict = { rate = \"2/s\", algorithm = \"sliding-log\", strict = true }\n",
+            [
+                knock("l", 5, 0),
+                vec![Wait(400)],
+                knock("l", 8, 150),
+                vec![Check("l", 2), Wait(1_000), Check("l", 3), Peek("l")],
+                knock("strict/s", 8, 300),
+                vec![Wait(1_000), Check("strict/s", 1)],
+            ]
+            .concat(),
+        ),
+        (
             "reloads carry consumption over: rate, quotas, algorithm",
             "\"/\" = \"10/min\"\n",
             vec![

@@ -59,6 +59,18 @@ impl<St: Store> RateLimitService for Decider<St> {
                 )));
             }
         };
+        // Rules with on_limit = "delay" answer OK when the request's turn comes (Envoy's
+        // rate-limit timeout must allow for max_delay). A refusal took nothing: no wait.
+        if decisions.iter().all(|d| d.allowed()) {
+            let hold = decisions
+                .iter()
+                .map(|d| d.delay())
+                .max()
+                .unwrap_or_default();
+            if !hold.is_zero() {
+                tokio::time::sleep(hold).await;
+            }
+        }
         let statuses: Vec<_> = decisions.iter().map(descriptor_status).collect();
         let overall_code = overall(&statuses);
         count(

@@ -43,6 +43,13 @@ pub(super) async fn check<St: Store>(
         }
         _ => return reply.error(SYNTAX_ERROR),
     };
+    // A rule with on_limit = "delay" answers when the request's turn comes.
+    if let Ok(decision) = &result
+        && decision.allowed()
+        && !decision.delay().is_zero()
+    {
+        tokio::time::sleep(decision.delay()).await;
+    }
     answer(result, reply);
 }
 

@@ -32,34 +32,49 @@ impl MemoryStore {
             shard.0.lock().for_each(|entry| {
                 key.clear();
                 let client = entry.client.as_ref().unwrap_or(&Client::Unknown);
-                let (name, quotas, algorithm): (&str, &[Quota], Algorithm) =
-                    if entry.rule == RuleId::CALLER_DEFINED {
-                        // Its numbers are in its state; the peek reads them from there.
-                        let _ = write!(key, "{CALLER_DEFINED_PREFIX}{client}");
-                        (CALLER_DEFINED_RULE, &[], Algorithm::DiscreteRefill)
-                    } else {
-                        let Some(rule) = rules.get(&entry.rule) else {
-                            return; // a rule being removed
-                        };
-                        let Limit::Limited {
-                            quotas, algorithm, ..
-                        } = rule.limit()
-                        else {
-                            return;
-                        };
-                        rule.write_bucket_key(&mut key, client);
-                        (rule.name(), quotas, *algorithm)
+                let (name, kind, quotas, algorithm, warmup): (
+                    &str,
+                    String,
+                    &[Quota],
+                    Algorithm,
+                    u64,
+                ) = if entry.rule == RuleId::CALLER_DEFINED {
+                    // Its numbers are in its state; the peek reads them from there.
+                    let _ = write!(key, "{CALLER_DEFINED_PREFIX}{client}");
+                    let kind = Algorithm::DiscreteRefill.to_string();
+                    (CALLER_DEFINED_RULE, kind, &[], Algorithm::DiscreteRefill, 0)
+                } else {
+                    let Some(rule) = rules.get(&entry.rule) else {
+                        return; // a rule being removed
                     };
+                    let Limit::Limited {
+                        quotas,
+                        algorithm,
+                        shaping,
+                        ..
+                    } = rule.limit()
+                    else {
+                        return;
+                    };
+                    rule.write_bucket_key(&mut key, client);
+                    (
+                        rule.name(),
+                        rule.kind(),
+                        quotas,
+                        *algorithm,
+                        shaping.warmup_nanos(),
+                    )
+                };
                 if !key.starts_with(query.prefix.as_str()) {
                     return;
                 }
                 // A caller-defined bucket's numbers are in its state: it always fits.
-                let fits =
-                    entry.rule == RuleId::CALLER_DEFINED || entry.state.fits(algorithm, quotas);
+                let fits = entry.rule == RuleId::CALLER_DEFINED
+                    || entry.state.fits(algorithm, quotas, warmup);
                 let mut state = if fits {
                     entry.state.clone()
                 } else {
-                    entry.state.carried_over(algorithm, quotas, now)
+                    entry.state.carried_over(algorithm, quotas, warmup, now)
                 };
                 let peek = CheckRequest {
                     bucket: entry.bucket(),
@@ -69,6 +84,7 @@ impl MemoryStore {
                     mode: CheckMode::Peek,
                     algorithm,
                     strict: false,
+                    shaping: crate::Shaping::NONE,
                 };
                 let decision = state.decide(&peek, now);
                 let capacity = decision.limit().max(1);
@@ -79,6 +95,7 @@ impl MemoryStore {
                 top.offer(BucketRow {
                     key: key.clone(),
                     rule: name.to_owned(),
+                    kind,
                     remaining: decision.remaining(),
                     capacity,
                     fraction,

@@ -162,6 +162,7 @@ impl MemoryStore {
     ///     cost: 1,
     ///     algorithm: tollgate::Algorithm::Gcra,
     ///     strict: false,
+    ///     shaping: tollgate::Shaping::NONE,
     ///     now: FakeClock::new().now(),
     ///     mode: CheckMode::Consume,
     /// };
@@ -240,7 +241,9 @@ impl MemoryStore {
         let rule = request.bucket.rule;
         let ip = compact_ip(request.bucket);
         let compact_interval = match (request.algorithm, request.quotas, ip) {
-            (Algorithm::Gcra, [quota], Some(_)) => quota.interval_id(),
+            (Algorithm::Gcra, [quota], Some(_)) if request.shaping.warmup_nanos() == 0 => {
+                quota.interval_id()
+            }
             _ => None,
         };
         if let (Some(ip), Some(interval)) = (ip, compact_interval)
@@ -291,7 +294,12 @@ impl MemoryStore {
             }
             return decision;
         }
-        let mut state = State::fresh(request.algorithm, request.quotas, now);
+        let mut state = State::fresh(
+            request.algorithm,
+            request.quotas,
+            request.shaping.warmup_nanos(),
+            now,
+        );
         let decision = state.decide(&request, now);
         if keep(&decision) {
             let entry = Entry {
@@ -356,10 +364,11 @@ fn decide_compact(
 /// Decides against a stored general bucket, carrying its state over if its rule changed.
 fn decide_general(entry: &mut Entry, request: &CheckRequest<'_>, now: u64) -> Decision {
     let writes = request.mode != CheckMode::Peek;
-    if !entry.state.fits(request.algorithm, request.quotas) {
+    let warmup = request.shaping.warmup_nanos();
+    if !entry.state.fits(request.algorithm, request.quotas, warmup) {
         let mut carried = entry
             .state
-            .carried_over(request.algorithm, request.quotas, now);
+            .carried_over(request.algorithm, request.quotas, warmup, now);
         if !writes {
             return carried.decide(request, now);
         }
@@ -484,6 +493,7 @@ mod tests {
             mode: CheckMode::Consume,
             algorithm: Algorithm::Gcra,
             strict: false,
+            shaping: crate::Shaping::NONE,
         })
     }
 
@@ -760,6 +770,7 @@ mod tests {
             mode: CheckMode::Peek,
             algorithm: Algorithm::Gcra,
             strict: false,
+            shaping: crate::Shaping::NONE,
         });
         assert!(store.is_empty());
     }

@@ -55,6 +55,15 @@ impl MemoryStore {
                     State::One { tat, interval } => (Layout::One, vec![tat[0], *interval]),
                     State::Many(words) => (Layout::Many, words.to_vec()),
                     State::Discrete(words) => (Layout::Discrete, words.to_vec()),
+                    State::Warm(words) => (Layout::Warm, words.to_vec()),
+                    State::Log(log) => {
+                        let mut words =
+                            Vec::with_capacity(1 + log.periods.len() + log.entries.len());
+                        words.push(log.periods.len() as u64);
+                        words.extend(log.periods.iter());
+                        words.extend(log.entries.iter());
+                        (Layout::Log, words)
+                    }
                 };
                 records.push(Record {
                     rule: rule.to_owned(),
@@ -141,6 +150,17 @@ fn restored_state(rules: &RuleSet, key: &str, record: &Record) -> Option<(RuleId
             interval: *words.get(1)?,
         },
         Layout::Many => State::Many(words.clone().into_boxed_slice()),
+        Layout::Warm => State::Warm(Box::new(words.as_slice().try_into().ok()?)),
+        Layout::Log => {
+            let n = usize::try_from(*words.first()?).ok()?;
+            let periods = words.get(1..=n)?;
+            let mut entries: Vec<u64> = words.get(n + 1..)?.to_vec();
+            entries.sort_unstable();
+            State::Log(Box::new(super::state::Log {
+                periods: periods.into(),
+                entries: entries.into(),
+            }))
+        }
         Layout::Discrete => return None,
     };
     Some((rule.id(), state))

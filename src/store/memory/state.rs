@@ -5,8 +5,11 @@
 //! changed its rule is recognised and its consumption carried over, and the time until it
 //! has refilled can be read without the rules (what lossless sweeping needs).
 
+use std::collections::VecDeque;
+
 use crate::Quota;
-use crate::algorithm::{Algorithm, discrete, gcra, window};
+use crate::algorithm::warmup::{self, Ramp, Warm};
+use crate::algorithm::{Algorithm, discrete, gcra, log, window};
 use crate::decision::Decision;
 use crate::store::CheckRequest;
 
@@ -20,11 +23,41 @@ use crate::store::CheckRequest;
 /// - `Discrete`: a caller-defined bucket (`RL.*`): the engine's three words (tokens,
 ///   refill mark, session start), then its numbers (max, refill, interval). Boxed, so the
 ///   other layouts do not grow.
+/// - `Log`: a sliding log: its quotas' periods and its timestamps, oldest first.
+/// - `Warm`: a warming token bucket (one quota): TAT, stored permits (`f64` bits), then
+///   its numbers (interval, warm-up period).
 #[derive(Clone)]
 pub(super) enum State {
     One { tat: [u64; 1], interval: u64 },
     Many(Box<[u64]>),
     Discrete(Box<[u64; 6]>),
+    Log(Box<Log>),
+    Warm(Box<[u64; 4]>),
+}
+
+/// A sliding log's state: what measured it, and the timestamps it holds.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Log {
+    pub(super) periods: Box<[u64]>,
+    pub(super) entries: VecDeque<u64>,
+}
+
+impl Log {
+    fn new(quotas: &[Quota]) -> Log {
+        Log {
+            periods: quotas.iter().map(Quota::period_nanos).collect(),
+            entries: VecDeque::new(),
+        }
+    }
+}
+
+/// A warming bucket's words, read.
+fn warm_of(words: &[u64; 4]) -> (Warm, Ramp) {
+    let state = Warm {
+        tat: words[0],
+        stored: f64::from_bits(words[1]),
+    };
+    (state, Ramp::new(words[2], words[3]))
 }
 
 pub(super) const SLIDING_BIT: u64 = 1 << 63;
@@ -34,8 +67,10 @@ fn tag(algorithm: Algorithm, quota: &Quota) -> u64 {
     match algorithm {
         Algorithm::SlidingWindow => quota.period_nanos() | SLIDING_BIT,
         Algorithm::FixedWindow => quota.period_nanos() | FIXED_BIT,
-        // A discrete bucket keeps its numbers in its own layout; the tag is unused.
-        Algorithm::Gcra | Algorithm::DiscreteRefill => quota.interval_nanos(),
+        // A discrete bucket or a log keeps its numbers in its own layout; the tag is unused.
+        Algorithm::Gcra | Algorithm::DiscreteRefill | Algorithm::SlidingLog => {
+            quota.interval_nanos()
+        }
     }
 }
 
@@ -70,8 +105,21 @@ fn pack(counter: &window::Counter) -> u64 {
 }
 
 impl State {
-    pub(super) fn fresh(algorithm: Algorithm, quotas: &[Quota], now: u64) -> State {
+    /// A bucket never used, for `algorithm` over `quotas` warming up over `warmup` ns (0:
+    /// none).
+    pub(super) fn fresh(algorithm: Algorithm, quotas: &[Quota], warmup: u64, now: u64) -> State {
         match (algorithm, quotas) {
+            (Algorithm::SlidingLog, _) => State::Log(Box::new(Log::new(quotas))),
+            (Algorithm::Gcra, [quota]) if warmup > 0 => {
+                let ramp = Ramp::new(quota.interval_nanos(), warmup);
+                let cold = Warm::fresh(&ramp);
+                State::Warm(Box::new([
+                    cold.tat,
+                    cold.stored.to_bits(),
+                    quota.interval_nanos(),
+                    warmup,
+                ]))
+            }
             (Algorithm::DiscreteRefill, _) => {
                 let params = discrete_params(quotas);
                 let [amount, mark, session] = discrete::fresh(&params, now);
@@ -105,6 +153,20 @@ impl State {
             let [amount, mark, session, max, refill, every] = **words;
             let params = discrete::Params { max, refill, every };
             return discrete::refills_in(&[amount, mark, session], &params, now);
+        }
+        if let State::Log(log) = self {
+            let longest = log.periods.iter().copied().max().unwrap_or(0);
+            return log.entries.back().map_or(0, |&newest| {
+                newest.saturating_add(longest).saturating_sub(now)
+            });
+        }
+        if let State::Warm(words) = self {
+            let (state, ramp) = warm_of(words);
+            let stored = state.stored_at(&ramp, now);
+            return state
+                .tat
+                .saturating_sub(now)
+                .saturating_add(ramp.until_cold(stored));
         }
         let (a, b, tags) = self.runs();
         a.iter()
@@ -141,7 +203,8 @@ impl State {
                 let n = words.len() / 3;
                 &mut words[..n]
             }
-            State::Discrete(_) => &mut [],
+            State::Warm(words) => &mut words[..1],
+            State::Discrete(_) | State::Log(_) => &mut [],
         }
     }
 
@@ -154,7 +217,8 @@ impl State {
                 let n = words.len() / 3;
                 (&words[..n], &words[n..2 * n], &words[2 * n..])
             }
-            State::Discrete(_) => (&[], &[], &[]),
+            State::Warm(words) => (&words[..1], &[0], &words[2..3]),
+            State::Discrete(_) | State::Log(_) => (&[], &[], &[]),
         }
     }
 
@@ -162,14 +226,27 @@ impl State {
         self.runs().2
     }
 
-    /// Whether this state was measured by exactly `algorithm` over `quotas`.
-    pub(super) fn fits(&self, algorithm: Algorithm, quotas: &[Quota]) -> bool {
-        if let State::Discrete(words) = self {
-            let params = discrete_params(quotas);
-            return algorithm == Algorithm::DiscreteRefill
-                && words[3..] == [params.max, params.refill, params.every];
+    /// Whether this state was measured by exactly `algorithm` over `quotas` warming up
+    /// over `warmup` ns. A log fits any log: timestamps mean the same whatever the rates.
+    pub(super) fn fits(&self, algorithm: Algorithm, quotas: &[Quota], warmup: u64) -> bool {
+        match self {
+            State::Discrete(words) => {
+                let params = discrete_params(quotas);
+                return algorithm == Algorithm::DiscreteRefill
+                    && words[3..] == [params.max, params.refill, params.every];
+            }
+            State::Log(_) => return algorithm == Algorithm::SlidingLog,
+            State::Warm(words) => {
+                return algorithm == Algorithm::Gcra
+                    && warmup == words[3]
+                    && matches!(quotas, [q] if q.interval_nanos() == words[2]);
+            }
+            State::One { .. } | State::Many(_) => {}
         }
-        if algorithm == Algorithm::DiscreteRefill {
+        if algorithm == Algorithm::DiscreteRefill
+            || algorithm == Algorithm::SlidingLog
+            || (algorithm == Algorithm::Gcra && warmup > 0)
+        {
             return false;
         }
         let tags = self.tags();
@@ -182,6 +259,13 @@ impl State {
 
     /// Units used per quota as of `now`, whatever measured them.
     fn used(&self, now: u64) -> Vec<(u64, f64)> {
+        if let State::Log(log) = self {
+            return log
+                .periods
+                .iter()
+                .map(|&period| (period, log::inside(&log.entries, period, now) as f64))
+                .collect();
+        }
         let (a, b, tags) = self.runs();
         a.iter()
             .zip(b)
@@ -214,23 +298,50 @@ impl State {
     /// The same consumption, re-expressed for `algorithm` over `quotas` (after a reload
     /// changed them): units used stay used. A GCRA bucket whose rates changed keeps the
     /// exact integer arithmetic of [`gcra::carry_over`].
-    pub(super) fn carried_over(&self, algorithm: Algorithm, quotas: &[Quota], now: u64) -> State {
-        let mut next = State::fresh(algorithm, quotas, now);
+    pub(super) fn carried_over(
+        &self,
+        algorithm: Algorithm,
+        quotas: &[Quota],
+        warmup: u64,
+        now: u64,
+    ) -> State {
+        let mut next = State::fresh(algorithm, quotas, warmup, now);
         // A caller-defined bucket's numbers are part of its name: it never meets others.
         if algorithm == Algorithm::DiscreteRefill || matches!(self, State::Discrete(_)) {
             return next;
         }
-        let all_gcra = self
-            .tags()
-            .iter()
-            .all(|t| t & (SLIDING_BIT | FIXED_BIT) == 0);
+        let used = self.used(now);
+        match &mut next {
+            // Into a log: what was used is logged now (it leaves a whole window later).
+            State::Log(log) => {
+                let units = used.iter().map(|&(_, u)| u).fold(0.0, f64::max);
+                let entries = (units.ceil() as usize).min(log::capacity(quotas));
+                log.entries.extend(std::iter::repeat_n(now, entries));
+                return next;
+            }
+            // Into a warming bucket: the debt carries over, and a bucket in use is warm (a
+            // warm-up added by a reload does not slow down the clients of the moment).
+            State::Warm(words) => {
+                let units = used.first().map_or(0.0, |&(_, u)| u);
+                if units > 0.0 {
+                    words[0] = now.saturating_add((units * words[2] as f64) as u64);
+                }
+                words[1] = 0.0f64.to_bits();
+                return next;
+            }
+            _ => {}
+        }
+        let all_gcra = !matches!(self, State::Log(_))
+            && self
+                .tags()
+                .iter()
+                .all(|t| t & (SLIDING_BIT | FIXED_BIT) == 0);
         if algorithm == Algorithm::Gcra && all_gcra {
             let old_tags = self.tags().to_vec();
             let mut old = self.clone();
             gcra::carry_over(old.tats(), &old_tags, quotas, now, next.tats());
             return next;
         }
-        let used = self.used(now);
         let n = quotas.len();
         for (index, quota) in quotas.iter().enumerate() {
             // Across algorithms, quota i inherits from old quota i (or the last one).
@@ -248,7 +359,7 @@ impl State {
                     words[index] =
                         now.saturating_add((units * quota.interval_nanos() as f64) as u64);
                 }
-                (State::Discrete(_), _) => {}
+                (State::Discrete(_) | State::Log(_) | State::Warm(_), _) => {}
                 (State::Many(words), _) => {
                     let period = quota.period_nanos();
                     let counter = window::Counter {
@@ -268,7 +379,50 @@ impl State {
     pub(super) fn decide(&mut self, request: &CheckRequest<'_>, now: u64) -> Decision {
         let quotas = request.quotas;
         match request.algorithm {
-            Algorithm::Gcra => decide_gcra(self.tats(), request, now),
+            Algorithm::Gcra => {
+                if let State::Warm(words) = self {
+                    let (mut state, ramp) = warm_of(words);
+                    let Some(quota) = quotas.first() else {
+                        return Decision::unlimited();
+                    };
+                    let decision = warmup::decide(
+                        &mut state,
+                        quota,
+                        &ramp,
+                        request.cost,
+                        now,
+                        request.mode,
+                        request.strict,
+                        &request.shaping,
+                    );
+                    words[0] = state.tat;
+                    words[1] = state.stored.to_bits();
+                    return decision;
+                }
+                decide_gcra(self.tats(), request, now)
+            }
+            Algorithm::SlidingLog => {
+                let State::Log(state) = self else {
+                    return Decision::unlimited();
+                };
+                if state.periods.len() != quotas.len()
+                    || state
+                        .periods
+                        .iter()
+                        .zip(quotas)
+                        .any(|(&p, q)| p != q.period_nanos())
+                {
+                    state.periods = quotas.iter().map(Quota::period_nanos).collect();
+                }
+                log::decide(
+                    &mut state.entries,
+                    quotas,
+                    request.cost,
+                    now,
+                    request.mode,
+                    request.strict,
+                )
+            }
             Algorithm::DiscreteRefill => {
                 let State::Discrete(words) = self else {
                     return Decision::unlimited();
@@ -329,5 +483,6 @@ pub(super) fn decide_gcra(tats: &mut [u64], request: &CheckRequest<'_>, now: u64
         now,
         request.mode,
         request.strict,
+        &request.shaping,
     )
 }

@@ -15,10 +15,11 @@
 --          (hybrid sync, GCRA: consume, then reserve a share of what is left; below)
 -- ARGV[3]  cost
 -- ARGV[4]  strict: "1" or "0" (GCRA only)
--- ARGV[5]  algorithm: "G" GCRA, "s" sliding window, "f" fixed window
+-- ARGV[5]  algorithm: "G" GCRA, "s" sliding window, "f" fixed window, "L" sliding log
 -- ARGV[6]  number of quotas n, then n triples:
---          GCRA: interval (ns), capacity = burst x interval (ns), burst
---          windows: period (us), limit (count per period), 0
+--          GCRA: interval (ns), tolerance (ns: burst x interval, or with on_limit = "delay"
+--                what passes at once plus max_delay), burst
+--          windows and the log: period (us), limit (count per period), 0
 --
 -- In mode "l", four more arguments follow the quotas: returned r, pending p, instances s
 -- (0: lease nothing), cap c (the instance's share: rate x sync interval / instances).
@@ -55,6 +56,7 @@ end
 local function from_now(us, ns)
   return (us - now) * 1000 + (ns - now_ns)
 end
+local NEVER = -1
 local mode, cost, strict, alg = ARGV[2], tonumber(ARGV[3]), ARGV[4] == "1", ARGV[5]
 local n = tonumber(ARGV[6])
 local q = {}
@@ -62,14 +64,92 @@ for i = 1, n do
   local base = 6 + (i - 1) * 3
   q[i] = { a = tonumber(ARGV[base + 1]), b = tonumber(ARGV[base + 2]), c = tonumber(ARGV[base + 3]) }
 end
-local NEVER = -1
 local consume = mode == "c" or mode == "l"
 local lease = mode == "l" and alg == "G"
 local extra = 6 + 3 * n
 
--- The stored state, if any.
+-- The sliding log ("L"): a sorted set of timestamps (scores in microseconds), not a
+-- string. Quota triples: period (us), limit, 0. Entries inside (now - period, now] count;
+-- only the newest max(limit) entries and none older than the longest period are kept.
+-- Strict logs refused requests too. Reply as the windows': remaining, next, retry (ns).
+-- A key holding another algorithm's state (a reload switched the rule) starts afresh.
+if alg == "L" then
+  local key = KEYS[1]
+  -- Numbers as exact integers: Lua would print 1.7e15 with 14 significant digits.
+  local function int(x) return string.format("%d", x) end
+  if redis.call("TYPE", key).ok ~= "zset" then redis.call("DEL", key) end
+  local longest, capacity = 0, 0
+  for i = 1, n do
+    longest = math.max(longest, q[i].a)
+    capacity = math.max(capacity, q[i].b)
+  end
+  redis.call("ZREMRANGEBYSCORE", key, "-inf", int(now - longest))
+  local function inside(p)
+    return redis.call("ZCOUNT", key, "(" .. int(now - p), "+inf")
+  end
+  local allowed = true
+  for i = 1, n do
+    if inside(q[i].a) + cost > q[i].b then allowed = false end
+  end
+  local take = ((mode == "c" or mode == "l") and allowed) or mode == "g"
+  if take or (strict and not allowed and (mode == "c" or mode == "l")) then
+    local at = now
+    local newest = redis.call("ZRANGE", key, -1, -1, "WITHSCORES")
+    if newest[2] then at = math.max(at, tonumber(newest[2])) end
+    local k = redis.call("ZCARD", key)
+    for _ = 1, math.min(cost, capacity) do
+      while redis.call("ZSCORE", key, int(at) .. ":" .. k) do k = k + 1 end
+      redis.call("ZADD", key, int(at), int(at) .. ":" .. k)
+      k = k + 1
+    end
+    local excess = redis.call("ZCARD", key) - capacity
+    if excess > 0 then redis.call("ZREMRANGEBYRANK", key, 0, excess - 1) end
+  end
+  -- Nanoseconds from now until the entry at score e (us) leaves a window of p.
+  local function leaves(e, p)
+    return math.max((e + p - now) * 1000 - now_ns, 0)
+  end
+  local reply, reset = {}, 0
+  for i = 1, n do
+    local p, limit = q[i].a, q[i].b
+    local count = inside(p)
+    local lower = "(" .. int(now - p)
+    local next, retry = 0, 0
+    if count > 0 then
+      local oldest = redis.call("ZRANGEBYSCORE", key, lower, "+inf", "WITHSCORES", "LIMIT", 0, 1)
+      next = leaves(tonumber(oldest[2]), p)
+      local newest = redis.call("ZRANGE", key, -1, -1, "WITHSCORES")
+      reset = math.max(reset, leaves(tonumber(newest[2]), p))
+    end
+    if not allowed then
+      local k = count + cost - limit
+      retry = NEVER
+      if k >= 1 then
+        local entry = redis.call("ZRANGEBYSCORE", key, lower, "+inf", "WITHSCORES", "LIMIT", k - 1, 1)
+        if entry[2] then retry = leaves(tonumber(entry[2]), p) end
+      end
+    end
+    reply[#reply + 1] = math.max(limit - count, 0)
+    reply[#reply + 1] = next
+    reply[#reply + 1] = retry
+  end
+  local newest = redis.call("ZRANGE", key, -1, -1, "WITHSCORES")
+  if newest[2] then
+    local ms = math.ceil(((tonumber(newest[2]) + longest - now) * 1000 - now_ns) / 1000000)
+    redis.call("PEXPIRE", key, math.max(ms, 1))
+  end
+  table.insert(reply, 1, reset)
+  table.insert(reply, 1, allowed and 1 or 0)
+  return reply
+end
+
+-- The stored state, if any (a sliding log's sorted set is another algorithm's: afresh).
 local old = nil
-local stored = redis.call("GET", KEYS[1])
+local stored = redis.pcall("GET", KEYS[1])
+if type(stored) == "table" and stored.err then
+  redis.call("DEL", KEYS[1])
+  stored = false
+end
 if stored then
   local words = {}
   for w in string.gmatch(stored, "%S+") do

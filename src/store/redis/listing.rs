@@ -153,6 +153,7 @@ pub(super) async fn list(
                 false,
                 *algorithm,
                 quotas,
+                &crate::Shaping::NONE,
             ));
         candidates.push(Candidate {
             display,
@@ -178,7 +179,8 @@ pub(super) async fn list(
         let Ok(reply) = redis::from_redis_value_ref::<Vec<i64>>(&pair[1]) else {
             continue; // expired between SCAN and now, or not ours
         };
-        let Ok(decision) = decision_from(&reply, candidate.algorithm, candidate.quotas) else {
+        let Ok(decision) = decision_from(&reply, candidate.algorithm, candidate.quotas, None)
+        else {
             continue;
         };
         let capacity = decision.limit().max(1);
@@ -189,6 +191,7 @@ pub(super) async fn list(
         top.offer(BucketRow {
             key: candidate.display,
             rule: candidate.rule.name().to_owned(),
+            kind: candidate.rule.kind(),
             remaining: decision.remaining(),
             capacity,
             fraction,

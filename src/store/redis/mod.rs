@@ -274,6 +274,7 @@ struct OwnedRequest {
     cost: u64,
     algorithm: Algorithm,
     strict: bool,
+    shaping: crate::Shaping,
     now: Timestamp,
     mode: CheckMode,
 }
@@ -287,6 +288,7 @@ impl OwnedRequest {
             cost: request.cost,
             algorithm: request.algorithm,
             strict: request.strict,
+            shaping: request.shaping,
             now: request.now,
             mode: request.mode,
         }
@@ -302,6 +304,7 @@ impl OwnedRequest {
             cost: self.cost,
             algorithm: self.algorithm,
             strict: self.strict,
+            shaping: self.shaping,
             now: self.now,
             mode: self.mode,
         }
@@ -423,8 +426,11 @@ impl Store for RedisStore {
         };
         inner.refresh_shards(false);
         let shard = inner.shards.for_key(&key);
+        // Held (delay) and warming rules are decided in Redis: a lease spent locally would
+        // schedule against this instance's view alone.
         if settings.sync == SyncMode::Local
             && request.algorithm == Algorithm::Gcra
+            && request.shaping == crate::Shaping::NONE
             && matches!(request.mode, CheckMode::Consume | CheckMode::Peek)
         {
             return inner.check_hybrid(&request, key, settings, shard);
@@ -446,12 +452,19 @@ impl Store for RedisStore {
             request.strict,
             request.algorithm,
             request.quotas,
+            &request.shaping,
         );
+        let held = matches!(request.mode, CheckMode::Consume | CheckMode::Session);
         Box::pin(async move {
             let decided = inner.pool.decide(&settings, &key, &args);
             let outcome = tokio::time::timeout(settings.timeout, decided).await;
             let failure = match outcome {
-                Ok(Ok(reply)) => match decision_from(&reply, owned.algorithm, &owned.quotas) {
+                Ok(Ok(reply)) => match decision_from(
+                    &reply,
+                    owned.algorithm,
+                    &owned.quotas,
+                    held.then_some(&owned.shaping),
+                ) {
                     Ok(decision) => {
                         shard.breaker.succeeded();
                         return Ok(decision);

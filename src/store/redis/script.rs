@@ -3,7 +3,7 @@
 //! describe theirs.
 
 use crate::Quota;
-use crate::algorithm::{Algorithm, CheckMode, keep_most_restrictive};
+use crate::algorithm::{Algorithm, CheckMode, Shaping, keep_most_restrictive};
 use crate::clock::Timestamp;
 use crate::decision::Decision;
 use crate::store::StoreError;
@@ -28,6 +28,7 @@ pub(super) fn script_args(
     strict: bool,
     algorithm: Algorithm,
     quotas: &[Quota],
+    shaping: &Shaping,
 ) -> Vec<String> {
     let mut args = Vec::with_capacity(6 + 3 * quotas.len());
     args.push(now.map_or_else(String::new, |t| {
@@ -51,6 +52,7 @@ pub(super) fn script_args(
             Algorithm::Gcra | Algorithm::DiscreteRefill => "G",
             Algorithm::SlidingWindow => "s",
             Algorithm::FixedWindow => "f",
+            Algorithm::SlidingLog => "L",
         }
         .to_owned(),
     );
@@ -59,10 +61,10 @@ pub(super) fn script_args(
         match algorithm {
             Algorithm::Gcra | Algorithm::DiscreteRefill => {
                 args.push(quota.interval_nanos().to_string());
-                args.push(quota.capacity_nanos().to_string());
+                args.push(shaping.tolerance(quota).to_string());
                 args.push(quota.burst().to_string());
             }
-            Algorithm::SlidingWindow | Algorithm::FixedWindow => {
+            Algorithm::SlidingWindow | Algorithm::FixedWindow | Algorithm::SlidingLog => {
                 args.push(micros(quota.period_nanos()));
                 args.push(quota.rate().count().to_string());
                 args.push("0".to_owned());
@@ -99,6 +101,7 @@ pub(super) fn lease_args(
         strict,
         Algorithm::Gcra,
         quotas,
+        &Shaping::NONE,
     );
     args[1] = "l".to_owned();
     for figure in [terms.returned, terms.pending, terms.shares, terms.cap] {
@@ -123,7 +126,7 @@ pub(super) fn leased_from(reply: &[i64], quotas: &[Quota]) -> Result<Leased, Sto
             reason: "an empty reply from the decision script".into(),
         });
     };
-    let decision = decision_from(decided, Algorithm::Gcra, quotas)?;
+    let decision = decision_from(decided, Algorithm::Gcra, quotas, None)?;
     let tokens = u64::try_from(tokens).unwrap_or(0);
     let debts = quotas
         .iter()
@@ -142,10 +145,13 @@ pub(super) fn leased_from(reply: &[i64], quotas: &[Quota]) -> Result<Leased, Sto
 }
 
 /// The script's reply, as a [`Decision`] described exactly as the in-memory engines do.
+/// `held`: the rule's shaping when the request consumed (an admission under a delay is held
+/// for the debt beyond what passes at once); `None` for peeks and charges.
 pub(super) fn decision_from(
     reply: &[i64],
     algorithm: Algorithm,
     quotas: &[Quota],
+    held: Option<&Shaping>,
 ) -> Result<Decision, StoreError> {
     if reply.len() != 2 + 3 * quotas.len() {
         return Err(StoreError::Unavailable {
@@ -156,31 +162,41 @@ pub(super) fn decision_from(
     let nanos = |ns: i64| u64::try_from(ns).unwrap_or(u64::MAX);
     let allowed = reply[0] == 1;
     let mut described = None;
+    let mut hold = 0;
     for (index, (quota, figures)) in quotas.iter().zip(reply[2..].chunks_exact(3)).enumerate() {
         let index = u32::try_from(index).unwrap_or(u32::MAX);
         let candidate = match algorithm {
-            Algorithm::Gcra | Algorithm::DiscreteRefill => Decision::bucket(
-                allowed,
-                index,
-                u64::from(quota.burst()),
-                quota.interval_nanos(),
-                nanos(figures[0]),
-                nanos(figures[1]),
-            ),
-            Algorithm::SlidingWindow | Algorithm::FixedWindow => Decision::counted(
-                allowed,
-                index,
-                u64::from(quota.rate().count()),
-                quota.period_nanos(),
-                u64::try_from(figures[0]).unwrap_or(0),
-                nanos(figures[1]),
-                nanos(figures[2]),
-                0,
-            ),
+            Algorithm::Gcra | Algorithm::DiscreteRefill => {
+                if let Some(shaping) = held.filter(|_| allowed) {
+                    hold = hold.max(shaping.hold(quota, nanos(figures[0])));
+                }
+                Decision::bucket(
+                    allowed,
+                    index,
+                    u64::from(quota.burst()),
+                    quota.interval_nanos(),
+                    nanos(figures[0]),
+                    nanos(figures[1]),
+                )
+            }
+            Algorithm::SlidingWindow | Algorithm::FixedWindow | Algorithm::SlidingLog => {
+                Decision::counted(
+                    allowed,
+                    index,
+                    u64::from(quota.rate().count()),
+                    quota.period_nanos(),
+                    u64::try_from(figures[0]).unwrap_or(0),
+                    nanos(figures[1]),
+                    nanos(figures[2]),
+                    0,
+                )
+            }
         };
         keep_most_restrictive(&mut described, candidate);
     }
-    Ok(described.map_or(Decision::unlimited(), |d| d.with_reset(nanos(reply[1]))))
+    Ok(described.map_or(Decision::unlimited(), |d| {
+        d.with_reset(nanos(reply[1])).with_delay(hold)
+    }))
 }
 
 #[cfg(test)]
@@ -200,6 +216,7 @@ mod tests {
             true,
             Algorithm::Gcra,
             &[quota],
+            &Shaping::NONE,
         );
         assert_eq!(
             args,
@@ -220,9 +237,9 @@ mod tests {
     #[test]
     fn a_malformed_reply_is_an_error_not_a_decision() {
         let quota = Quota::new("3/s".parse().unwrap(), NonZeroU32::new(3).unwrap()).unwrap();
-        assert!(decision_from(&[1, 0], Algorithm::Gcra, &[quota]).is_err());
+        assert!(decision_from(&[1, 0], Algorithm::Gcra, &[quota], None).is_err());
         let decision =
-            decision_from(&[0, 2_000, 1_000, 500, 0], Algorithm::Gcra, &[quota]).unwrap();
+            decision_from(&[0, 2_000, 1_000, 500, 0], Algorithm::Gcra, &[quota], None).unwrap();
         assert!(!decision.allowed());
         assert_eq!(decision.retry_after(), Duration::from_nanos(500));
     }

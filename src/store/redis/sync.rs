@@ -142,6 +142,7 @@ impl Inner {
                 request.strict,
                 request.algorithm,
                 request.quotas,
+                &request.shaping,
             )
         } else {
             let peers = hybrid.peers();
@@ -162,7 +163,7 @@ impl Inner {
             let outcome = tokio::time::timeout(settings.timeout, decided).await;
             let failure = match outcome {
                 Ok(Ok(reply)) if peek => {
-                    match decision_from(&reply, owned.algorithm, &owned.quotas) {
+                    match decision_from(&reply, owned.algorithm, &owned.quotas, None) {
                         Ok(decision) => {
                             shard.breaker.succeeded();
                             return Ok(decision);
