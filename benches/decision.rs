@@ -151,6 +151,53 @@ fn algorithms(c: &mut Criterion) {
     group.finish();
 }
 
+/// Shaping beside plain GCRA (issue 21), all at `1000/s`: the delay, warm-up, and the
+/// sliding log (at `1000/s`, and at `5/s`, the size it is meant for).
+fn shaped(c: &mut Criterion) {
+    let mut group = c.benchmark_group("shaped");
+    let rules = [
+        ("gcra", "rate = \"1000/s\""),
+        (
+            "gcra+delay",
+            "rate = \"1000/s\", on_limit = \"delay\", max_delay = \"1s\"",
+        ),
+        ("gcra+warmup", "rate = \"1000/s\", warmup = \"10s\""),
+        (
+            "sliding-log",
+            "rate = \"1000/s\", algorithm = \"sliding-log\"",
+        ),
+        (
+            "sliding-log-5",
+            "rate = \"5/s\", algorithm = \"sliding-log\"",
+        ),
+    ];
+    for (name, rule) in rules {
+        let config = format!("[limits]\n\"/\" = \"{GENEROUS}\"\n\"api/search\" = {{ {rule} }}\n");
+        for clients in [1u32, 100_000] {
+            let limits = Limits::from_toml(&config).unwrap();
+            let mut request = request_from(client(0));
+            for i in 0..clients {
+                set_client(&mut request, client(i));
+                limits.check_request(&request).map(settle);
+            }
+            let id = BenchmarkId::from_parameter(format!("{name}/clients={clients}"));
+            group.bench_function(id, |b| {
+                let mut i = 0;
+                b.iter(|| {
+                    i = (i + 1) % clients;
+                    set_client(&mut request, client(i));
+                    black_box(
+                        settle(limits.check_request(&request).unwrap())
+                            .unwrap()
+                            .allowed(),
+                    )
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 fn resolve(c: &mut Criterion) {
     let mut group = c.benchmark_group("resolve");
     for rules in [10, 10_000] {
@@ -201,6 +248,6 @@ criterion_group! {
         .sample_size(30)
         .warm_up_time(std::time::Duration::from_millis(500))
         .measurement_time(std::time::Duration::from_secs(2));
-    targets = decision, governor_reference, algorithms, resolve, layer
+    targets = decision, governor_reference, algorithms, shaped, resolve, layer
 }
 criterion_main!(benches);

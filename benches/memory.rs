@@ -67,6 +67,28 @@ fn tollgate(clients: u32, max_buckets: u64, algorithm: &str, kind: &str) {
     );
 }
 
+/// Sliding logs filled to their limit: `limit` requests from each client under `limit/d`.
+fn sliding_log(clients: u32, limit: u32) {
+    let config =
+        format!("[limits]\n\"/\" = {{ rate = \"{limit}/d\", algorithm = \"sliding-log\" }}\n");
+    let limits = tollgate::Limits::from_toml(&config).unwrap();
+    let before = rss_bytes();
+    for i in 0..clients {
+        let key = client(i).to_string();
+        for _ in 0..limit {
+            settle(limits.check(&key, 1)).unwrap();
+        }
+    }
+    let after = rss_bytes();
+    let held = limits.store().len() as u64;
+    println!(
+        "tollgate  sliding-log limit={limit:>5} clients={clients:>9}  held={held:>9}  rss +{:>6} MiB  {:>7.1} bytes/held bucket ({:.1} per logged request)",
+        (after - before) / (1 << 20),
+        (after - before) as f64 / held.max(1) as f64,
+        (after - before) as f64 / held.max(1) as f64 / f64::from(limit),
+    );
+}
+
 fn governor(clients: u32) {
     let quota = governor::Quota::per_minute(std::num::NonZeroU32::new(10).unwrap());
     let limiter = governor::RateLimiter::keyed(quota);
@@ -96,6 +118,7 @@ fn main() {
                 &args[position + 5],
             ),
             "governor" => governor(clients),
+            "log" => sliding_log(clients, args[position + 3].parse().unwrap()),
             _ => unreachable!(),
         }
         return;
@@ -123,6 +146,10 @@ fn main() {
     run(&["tollgate", "1000000", unbounded, "gcra", "key"]);
     run(&["tollgate", "1000000", unbounded, "sliding-window", "ipv4"]);
     run(&["tollgate", "1000000", unbounded, "fixed-window", "ipv4"]);
+    // Sliding logs, full: memory grows with the limit (issue 21).
+    run(&["log", "200000", "5"]);
+    run(&["log", "20000", "100"]);
+    run(&["log", "2000", "1000"]);
 }
 
 fn chrono_free_date() -> String {

@@ -160,6 +160,7 @@ pub(crate) fn decide(
         if held > state.tat {
             state.stored = stored;
             state.tat = held;
+            debt = held - now;
         }
     }
     // From the state after the decision (strict may have moved the TAT).
@@ -245,6 +246,48 @@ mod tests {
         assert_eq!(gaps, [1375, 1125, 875, 625, 500, 500, 500]);
         // The cold permits took exactly the warm-up period.
         assert_eq!(admitted[4] - admitted[0], 4 * SECOND);
+    }
+
+    /// Under full demand from cold, the interval at time `t` into the warm-up follows from
+    /// Guava's integral in closed form: `T·√(1 + 8·(1 − t/W))` — three times `T` at the start,
+    /// `T` at `W`. The engine, stepped request by request, matches it at several points.
+    #[test]
+    fn the_ramp_follows_guavas_integral_over_time() {
+        let q = quota("100/s");
+        let period = 30 * SECOND;
+        let ramp = Ramp::new(q.interval_nanos(), period);
+        let mut state = Warm::fresh(&ramp);
+        let mut now = NOW;
+        let mut gaps = Vec::new();
+        while now < NOW + 35 * SECOND {
+            let d = decide(&mut state, &q, &ramp, 1, now, CheckMode::Consume, false, &Shaping::NONE);
+            assert!(d.allowed(), "each request comes exactly when admitted");
+            let next = state.tat;
+            gaps.push((now - NOW, next - now));
+            now = next;
+        }
+        for at in [0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 28.0, 29.5, 32.0] {
+            let t = (at * 1e9) as u64;
+            let &(_, gap) = gaps.iter().rev().find(|&&(when, _)| when <= t).unwrap();
+            let expected = 1e7 * (1.0 + 8.0 * (1.0 - at / 30.0_f64).max(0.0)).sqrt();
+            let error = (gap as f64 - expected).abs() / expected;
+            assert!(error < 0.02, "at {at} s: gap {gap} ns, Guava's curve {expected:.0} ns");
+        }
+    }
+
+    #[test]
+    fn a_strict_refusal_holds_the_refill_back_and_says_so() {
+        let q = quota("4/s");
+        let ramp = Ramp::new(q.interval_nanos(), SECOND);
+        let mut state = Warm { tat: NOW, stored: 0.0 };
+        let mode = CheckMode::Consume;
+        assert!(decide(&mut state, &q, &ramp, 1, NOW, mode, true, &Shaping::NONE).allowed());
+        let refused = decide(&mut state, &q, &ramp, 1, NOW + 100_000_000, mode, true, &Shaping::NONE);
+        assert!(!refused.allowed());
+        // Held until one interval after this knock; the figures describe that state.
+        assert_eq!(state.tat, NOW + 350_000_000);
+        assert_eq!(refused.reset(), Duration::from_millis(250));
+        assert_eq!(refused.retry_after(), Duration::from_millis(250));
     }
 
     #[test]

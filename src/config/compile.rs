@@ -20,7 +20,6 @@ use super::rule_set::RuleSet;
 use super::settings::Settings;
 use super::shaping;
 use super::source::SourceText;
-use super::store::Backend;
 use crate::algorithm::Algorithm;
 use crate::key::{RouteSettings, normalize_route};
 use crate::quota::{Quota, Rate};
@@ -355,11 +354,6 @@ fn compile_limit(
             per,
             counts_status: count_status.is_some(),
             upstream_timeout: settings.gateway.upstream_timeout,
-            shared_store: match settings.store.backend {
-                Backend::Memory => None,
-                Backend::Redis => Some("redis"),
-                Backend::RedisCluster => Some("redis-cluster"),
-            },
         };
         shaping::compile_shaping(source, raw, rule_span.clone(), &context, diagnostics)
     } else {

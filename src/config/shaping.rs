@@ -29,8 +29,6 @@ pub(super) struct Context<'a> {
     pub(super) counts_status: bool,
     /// `[gateway] upstream_timeout`, when the config sets it.
     pub(super) upstream_timeout: Option<Duration>,
-    /// `[store] backend`, when it is not `"memory"`.
-    pub(super) shared_store: Option<&'static str>,
 }
 
 /// Reads and checks `raw`'s shaping fields; problems go to `diagnostics`.
@@ -118,11 +116,6 @@ pub(super) fn compile_shaping(
                             "warmup applies to a rule with one rate; rule \"{name}\" has {}",
                             context.quotas.len()
                         ),
-                    ));
-                } else if let Some(backend) = context.shared_store {
-                    diagnostics.push(source.at(
-                        text.span(),
-                        format!("warmup is kept in memory, per instance; [store] backend = \"{backend}\" shares buckets, where it is not supported yet"),
                     ));
                 } else {
                     shaping = shaping.with_warmup(period);
@@ -344,10 +337,6 @@ mod tests {
             (
                 "[limits.a]\nrate = \"5/s\"\nalgorithm = \"sliding-window\"\nwarmup = \"30s\"\n",
                 "limits.toml:4:10: warmup applies to algorithm = \"gcra\"",
-            ),
-            (
-                "[store]\nbackend = \"redis\"\n[limits.a]\nrate = \"5/s\"\nwarmup = \"30s\"\n",
-                "limits.toml:5:10: warmup is kept in memory, per instance",
             ),
             (
                 "[limits.a]\nrate = \"5000/h\"\nalgorithm = \"sliding-log\"\n",

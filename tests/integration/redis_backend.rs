@@ -150,6 +150,22 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
             .concat(),
         ),
         (
+            "warm-up: cold start, ramp, cooling down; with strict and with a delay",
+            "\"/\" = { rate = \"10/s\", burst = 2, warmup = \"2s\" }\n\
+             strict = { rate = \"4/s\", warmup = \"1s\", strict = true }\n\
+             held = { rate = \"5/s\", burst = 1, warmup = \"1s\", on_limit = \"delay\", max_delay = \"2s\" }\n",
+            [
+                knock("w", 30, 50),
+                vec![Wait(1_500), Peek("w")],
+                knock("w", 10, 30),
+                knock("strict/s", 8, 120),
+                knock("held/h", 8, 0),
+                vec![Wait(3_000)],
+                knock("held/h", 3, 0),
+            ]
+            .concat(),
+        ),
+        (
             "reloads carry consumption over: rate, quotas, algorithm",
             "\"/\" = \"10/min\"\n",
             vec![

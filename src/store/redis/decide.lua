@@ -251,7 +251,39 @@ if lease then
   end
 end
 
+-- Warm-up (GCRA, one quota, not leasing): ARGV[extra + 1] is the warm-up period (ns).
+-- Guava's SmoothWarmingUp as in src/algorithm/warmup.rs, in the same floating-point
+-- operations: the quota's fourth stored number is its stored permits at the TAT (0, warm,
+-- for a state written without warm-up; a fresh bucket is cold). The reply's third figure
+-- is the debt the delay is measured from (before + cost x interval): a request's own warm
+-- cost is paid by the next one.
+local ramp = nil
+if alg == "G" and not lease and n == 1 and (tonumber(ARGV[extra + 1]) or 0) > 0 then
+  local period, stable = tonumber(ARGV[extra + 1]), q[1].a
+  local cold = stable * 3
+  local threshold = 0.5 * period / stable
+  local max = threshold + 2 * period / (stable + cold)
+  ramp = { stable = stable, threshold = threshold, max = max,
+    slope = (cold - stable) / (max - threshold), cool = period / max }
+  if old == nil then s[1].z = max end
+end
+local function interval_at(stored)
+  return ramp.stable + math.max(stored - ramp.threshold, 0) * ramp.slope
+end
+local function cost_of_stored(stored, take)
+  local above = math.max(stored - ramp.threshold, 0)
+  local from_above = math.min(above, take)
+  local sloped = from_above * (interval_at(stored) + interval_at(stored - from_above)) / 2
+  return sloped + ramp.stable * (take - from_above)
+end
+local function until_cold(stored)
+  return math.ceil(math.max(ramp.max - stored, 0) * ramp.cool)
+end
+
 if alg == "G" then
+  -- Stored permits now: accrued while the TAT was in the past.
+  local stored_now = 0
+  if ramp then stored_now = math.min(s[1].z + math.max(-s[1].d, 0) / ramp.cool, ramp.max) end
   local function refuses(i)
     return math.max(s[i].d, 0) + cost * q[i].a > q[i].b
   end
@@ -264,22 +296,32 @@ if alg == "G" then
         s[i].d = math.max(s[i].d, q[i].a + q[i].b - cost * q[i].a)
       end
     end
+    if ramp then s[1].z = stored_now end
   end
   local take = (consume and allowed) or mode == "g"
   for i = 1, n do
     local start = math.max(s[i].d, 0)
     local taken = start + cost * q[i].a
     local debt = start
+    local basis = 0
     if take then
-      debt = taken
-      s[i].d = taken
+      if ramp then
+        local spent = math.min(stored_now, cost)
+        local warm = cost_of_stored(stored_now, spent) + (cost - spent) * ramp.stable
+        s[i].z = stored_now - spent
+        basis = taken
+        debt = start + math.max(math.ceil(warm), cost * q[i].a)
+      else
+        debt = taken
+      end
+      s[i].d = debt
     end
     reset = math.max(reset, debt)
     local retry = 0
-    if not allowed then retry = math.max(taken - q[i].b, 0) end
+    if not allowed then retry = math.max(math.max(s[i].d, 0) + cost * q[i].a - q[i].b, 0) end
     reply[#reply + 1] = debt
     reply[#reply + 1] = retry
-    reply[#reply + 1] = 0
+    reply[#reply + 1] = basis
   end
   -- A lease: what the tightest quota has left, up to the instance's share (cap), charged
   -- now.
@@ -359,8 +401,12 @@ if mode ~= "p" then
       -- Back to an absolute time: whole microseconds and the nanoseconds more.
       local total = now_ns + math.max(s[i].d, 0)
       local whole = math.floor(total / 1000)
-      s[i].x, s[i].y, s[i].z = now + whole, total - whole * 1000, 0
+      local permits = 0
+      if ramp then permits = s[i].z end
+      s[i].x, s[i].y, s[i].z = now + whole, total - whole * 1000, permits
       left = math.ceil(s[i].d / 1000)
+      -- A warming bucket is as good as new only once it is fully cold again.
+      if ramp then left = math.ceil((math.max(s[i].d, 0) + until_cold(permits)) / 1000) end
     elseif alg == "s" then
       if s[i].y > 0 or s[i].z > 0 then left = s[i].x + 2 * p - now end
     elseif s[i].z > 0 then

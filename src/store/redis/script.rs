@@ -57,6 +57,7 @@ pub(super) fn script_args(
         .to_owned(),
     );
     args.push(quotas.len().to_string());
+    let warmup = shaping.warmup_nanos();
     for quota in quotas {
         match algorithm {
             Algorithm::Gcra | Algorithm::DiscreteRefill => {
@@ -70,6 +71,10 @@ pub(super) fn script_args(
                 args.push("0".to_owned());
             }
         }
+    }
+    // The warm-up period follows the quotas (a lease call puts its terms there instead).
+    if warmup > 0 && algorithm == Algorithm::Gcra {
+        args.push(warmup.to_string());
     }
     args
 }
@@ -167,8 +172,11 @@ pub(super) fn decision_from(
         let index = u32::try_from(index).unwrap_or(u32::MAX);
         let candidate = match algorithm {
             Algorithm::Gcra | Algorithm::DiscreteRefill => {
+                // A warming bucket names the debt its delay is measured from (its own
+                // warm cost is paid by the next request); others, their debt.
                 if let Some(shaping) = held.filter(|_| allowed) {
-                    hold = hold.max(shaping.hold(quota, nanos(figures[0])));
+                    let basis = if figures[2] > 0 { figures[2] } else { figures[0] };
+                    hold = hold.max(shaping.hold(quota, nanos(basis)));
                 }
                 Decision::bucket(
                     allowed,
