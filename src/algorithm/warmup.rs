@@ -260,7 +260,16 @@ mod tests {
         let mut now = NOW;
         let mut gaps = Vec::new();
         while now < NOW + 35 * SECOND {
-            let d = decide(&mut state, &q, &ramp, 1, now, CheckMode::Consume, false, &Shaping::NONE);
+            let d = decide(
+                &mut state,
+                &q,
+                &ramp,
+                1,
+                now,
+                CheckMode::Consume,
+                false,
+                &Shaping::NONE,
+            );
             assert!(d.allowed(), "each request comes exactly when admitted");
             let next = state.tat;
             gaps.push((now - NOW, next - now));
@@ -271,7 +280,10 @@ mod tests {
             let &(_, gap) = gaps.iter().rev().find(|&&(when, _)| when <= t).unwrap();
             let expected = 1e7 * (1.0 + 8.0 * (1.0 - at / 30.0_f64).max(0.0)).sqrt();
             let error = (gap as f64 - expected).abs() / expected;
-            assert!(error < 0.02, "at {at} s: gap {gap} ns, Guava's curve {expected:.0} ns");
+            assert!(
+                error < 0.02,
+                "at {at} s: gap {gap} ns, Guava's curve {expected:.0} ns"
+            );
         }
     }
 
@@ -279,10 +291,22 @@ mod tests {
     fn a_strict_refusal_holds_the_refill_back_and_says_so() {
         let q = quota("4/s");
         let ramp = Ramp::new(q.interval_nanos(), SECOND);
-        let mut state = Warm { tat: NOW, stored: 0.0 };
+        let mut state = Warm {
+            tat: NOW,
+            stored: 0.0,
+        };
         let mode = CheckMode::Consume;
         assert!(decide(&mut state, &q, &ramp, 1, NOW, mode, true, &Shaping::NONE).allowed());
-        let refused = decide(&mut state, &q, &ramp, 1, NOW + 100_000_000, mode, true, &Shaping::NONE);
+        let refused = decide(
+            &mut state,
+            &q,
+            &ramp,
+            1,
+            NOW + 100_000_000,
+            mode,
+            true,
+            &Shaping::NONE,
+        );
         assert!(!refused.allowed());
         // Held until one interval after this knock; the figures describe that state.
         assert_eq!(state.tat, NOW + 350_000_000);

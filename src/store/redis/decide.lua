@@ -68,20 +68,82 @@ local consume = mode == "c" or mode == "l"
 local lease = mode == "l" and alg == "G"
 local extra = 6 + 3 * n
 
+-- The stored state, if any. A sliding log's sorted set met by another algorithm (a reload
+-- moved the rule off the log) starts afresh; a string met by the log is carried over below.
+local old = nil
+local stored = false
+local key_type = nil
+if alg == "L" then
+  key_type = redis.call("TYPE", KEYS[1]).ok
+  if key_type == "string" then stored = redis.call("GET", KEYS[1]) end
+else
+  stored = redis.pcall("GET", KEYS[1])
+  if type(stored) == "table" and stored.err then
+    redis.call("DEL", KEYS[1])
+    stored = false
+  end
+end
+if stored then
+  local words = {}
+  for w in string.gmatch(stored, "%S+") do
+    words[#words + 1] = w
+  end
+  local m = tonumber(words[2]) or 0
+  if #words == 2 + 4 * m then
+    old = { alg = words[1], n = m, q = {} }
+    for i = 1, m do
+      local at = 2 + (i - 1) * 4
+      old.q[i] = {
+        tag = tonumber(words[at + 1]), x = tonumber(words[at + 2]),
+        y = tonumber(words[at + 3]), z = tonumber(words[at + 4]),
+      }
+    end
+  end
+end
+
+-- Units a stored quota has used as of now, whatever measured it.
+local function used(o)
+  if old.alg == "G" then
+    return math.max(from_now(o.x, o.y), 0) / math.max(o.tag, 1)
+  elseif old.alg == "g" then
+    return math.max(o.x - now, 0) / math.max(o.tag, 1)
+  end
+  local p = math.max(o.tag, 1)
+  local window = now - now % p
+  if window == o.x then
+    local weight = 0
+    if old.alg == "s" then weight = (p - (now - window)) / p end
+    return o.y * weight + o.z
+  elseif old.alg == "s" and window == o.x + p then
+    return o.z * (p - (now - window)) / p
+  end
+  return 0
+end
+
 -- The sliding log ("L"): a sorted set of timestamps (scores in microseconds), not a
 -- string. Quota triples: period (us), limit, 0. Entries inside (now - period, now] count;
 -- only the newest max(limit) entries and none older than the longest period are kept.
 -- Strict logs refused requests too. Reply as the windows': remaining, next, retry (ns).
--- A key holding another algorithm's state (a reload switched the rule) starts afresh.
+-- A key holding another algorithm's state (a reload moved the rule to the log) is carried
+-- over as memory does it: the most units any of its quotas has used are logged now.
 if alg == "L" then
   local key = KEYS[1]
   -- Numbers as exact integers: Lua would print 1.7e15 with 14 significant digits.
   local function int(x) return string.format("%d", x) end
-  if redis.call("TYPE", key).ok ~= "zset" then redis.call("DEL", key) end
   local longest, capacity = 0, 0
   for i = 1, n do
     longest = math.max(longest, q[i].a)
     capacity = math.max(capacity, q[i].b)
+  end
+  if key_type ~= "zset" and key_type ~= "none" then
+    local units = 0
+    if old ~= nil then
+      for j = 1, old.n do units = math.max(units, used(old.q[j])) end
+    end
+    redis.call("DEL", key)
+    for k = 1, math.min(math.ceil(units), capacity) do
+      redis.call("ZADD", key, int(now), int(now) .. ":c" .. k)
+    end
   end
   redis.call("ZREMRANGEBYSCORE", key, "-inf", int(now - longest))
   local function inside(p)
@@ -141,50 +203,6 @@ if alg == "L" then
   table.insert(reply, 1, reset)
   table.insert(reply, 1, allowed and 1 or 0)
   return reply
-end
-
--- The stored state, if any (a sliding log's sorted set is another algorithm's: afresh).
-local old = nil
-local stored = redis.pcall("GET", KEYS[1])
-if type(stored) == "table" and stored.err then
-  redis.call("DEL", KEYS[1])
-  stored = false
-end
-if stored then
-  local words = {}
-  for w in string.gmatch(stored, "%S+") do
-    words[#words + 1] = w
-  end
-  local m = tonumber(words[2]) or 0
-  if #words == 2 + 4 * m then
-    old = { alg = words[1], n = m, q = {} }
-    for i = 1, m do
-      local at = 2 + (i - 1) * 4
-      old.q[i] = {
-        tag = tonumber(words[at + 1]), x = tonumber(words[at + 2]),
-        y = tonumber(words[at + 3]), z = tonumber(words[at + 4]),
-      }
-    end
-  end
-end
-
--- Units a stored quota has used as of now, whatever measured it.
-local function used(o)
-  if old.alg == "G" then
-    return math.max(from_now(o.x, o.y), 0) / math.max(o.tag, 1)
-  elseif old.alg == "g" then
-    return math.max(o.x - now, 0) / math.max(o.tag, 1)
-  end
-  local p = math.max(o.tag, 1)
-  local window = now - now % p
-  if window == o.x then
-    local weight = 0
-    if old.alg == "s" then weight = (p - (now - window)) / p end
-    return o.y * weight + o.z
-  elseif old.alg == "s" and window == o.x + p then
-    return o.z * (p - (now - window)) / p
-  end
-  return 0
 end
 
 -- This request's state: what is stored, carried over, or fresh. For GCRA, d is the debt:

@@ -175,7 +175,11 @@ pub(super) fn decision_from(
                 // A warming bucket names the debt its delay is measured from (its own
                 // warm cost is paid by the next request); others, their debt.
                 if let Some(shaping) = held.filter(|_| allowed) {
-                    let basis = if figures[2] > 0 { figures[2] } else { figures[0] };
+                    let basis = if figures[2] > 0 {
+                        figures[2]
+                    } else {
+                        figures[0]
+                    };
                     hold = hold.max(shaping.hold(quota, nanos(basis)));
                 }
                 Decision::bucket(
