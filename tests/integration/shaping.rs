@@ -350,3 +350,32 @@ async fn config_explain_and_buckets_show_the_new_kinds() {
         (Some("sliding-log, strict"), Some(4))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tg_check_answers_when_the_turn_comes() {
+    let running = start_gateway(DELAYED, |o| {
+        o.resp = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let address = running.gateway.resp_addr().unwrap();
+    let started = Instant::now();
+    let mut answered = Vec::new();
+    for _ in 0..3 {
+        let mut redis = redis::Client::open(format!("redis://{address}/"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let reply: Vec<redis::Value> = redis::cmd("TG.CHECK")
+            .arg("upload/198.51.100.4")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(reply[0], redis::Value::Int(1), "admitted: {reply:?}");
+        answered.push(started.elapsed());
+    }
+    // One at once, then one 200 ms later, then one 200 ms after that (a timer never fires
+    // early; the requests were sent one after another).
+    assert!(answered[1] >= Duration::from_millis(190), "{answered:?}");
+    assert!(answered[2] >= Duration::from_millis(390), "{answered:?}");
+}
