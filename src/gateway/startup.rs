@@ -40,6 +40,21 @@ pub enum GatewayError {
     /// The demo upstream could not start.
     #[error("cannot start the demo upstream: {0}")]
     Demo(#[source] std::io::Error),
+    /// A rule holds requests (`on_limit = "delay"`) at least as long as the gateway waits
+    /// for the upstream (the timeout given by flag, config or default).
+    #[error(
+        "{origin}: rule \"{rule}\" holds requests up to max_delay {max_delay:?}, not shorter than the upstream timeout {timeout:?}; lower max_delay or raise --upstream-timeout"
+    )]
+    DelayTooLong {
+        /// The rule's name.
+        rule: String,
+        /// Where it was written (file:line).
+        origin: String,
+        /// Its `max_delay`.
+        max_delay: std::time::Duration,
+        /// The upstream timeout in force.
+        timeout: std::time::Duration,
+    },
 }
 
 impl Gateway {
@@ -58,6 +73,20 @@ impl Gateway {
         .await
         .map_err(|error| GatewayError::Loader(error.to_string()))??;
         let resolved = options.resolve(limits.rules().gateway());
+        // The config checks max_delay against `[gateway] upstream_timeout` when it sets one;
+        // here against the timeout actually in force (a flag, or the default).
+        for rule in limits.rules().rules() {
+            if let Some(delay) = rule.shaping().and_then(|s| s.delay())
+                && delay.max() >= resolved.upstream_timeout
+            {
+                return Err(GatewayError::DelayTooLong {
+                    rule: rule.name().to_owned(),
+                    origin: rule.origin().to_string(),
+                    max_delay: delay.max(),
+                    timeout: resolved.upstream_timeout,
+                });
+            }
+        }
         let (upstream, demo) = match resolved.upstream {
             Some(upstream) => (upstream, false),
             None => {

@@ -379,3 +379,20 @@ async fn tg_check_answers_when_the_turn_comes() {
     assert!(answered[1] >= Duration::from_millis(190), "{answered:?}");
     assert!(answered[2] >= Duration::from_millis(390), "{answered:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_refuses_a_max_delay_its_upstream_timeout_would_cut_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gateway.toml");
+    std::fs::write(&file, DELAYED).unwrap();
+    let mut options = crate::support::loopback_options(&file);
+    options.upstream_timeout = Some(Duration::from_secs(1));
+    let Err(error) = tollgate::gateway::Gateway::start(options).await else {
+        panic!("started with max_delay 2s and an upstream timeout of 1s");
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains("gateway.toml:2: rule \"upload\" holds requests up to max_delay 2s"),
+        "{message}"
+    );
+}
