@@ -518,6 +518,51 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// With a delay, the requests leave (decided at `now`, passed on at `now + delay`)
+        /// as a conforming GCRA stream of what passes at once: never more than `N` plus one
+        /// per interval in any span. No one waits beyond `max_delay`, and a refusal names a
+        /// wait after which a request is admitted.
+        #[test]
+        fn held_requests_leave_at_the_rate(
+            gaps in proptest::collection::vec(0u64..400_000_000, 1..200),
+            after in 1u32..4,
+        ) {
+            let quotas = [quota("10/s", 4)];
+            let interval = SECOND / 10;
+            let max = 700_000_000;
+            let shaping = delayed(max, Some(after));
+            let mut tats = [0];
+            let mut now = NOW;
+            let mut leaves = Vec::new();
+            for gap in gaps {
+                now += gap;
+                let d = super::decide(&mut tats, &quotas, 1, now, CheckMode::Consume, false, &shaping);
+                if d.allowed() {
+                    let wait = d.delay().as_nanos() as u64;
+                    proptest::prop_assert!(wait <= max);
+                    leaves.push(now + wait);
+                } else {
+                    let mut probe = tats;
+                    let later = now + d.retry_after().as_nanos() as u64;
+                    let again = super::decide(&mut probe, &quotas, 1, later, CheckMode::Peek, false, &shaping);
+                    proptest::prop_assert!(again.allowed(), "retry-after admits");
+                }
+            }
+            leaves.sort_unstable();
+            for i in 0..leaves.len() {
+                for j in i..leaves.len() {
+                    let count = (j - i + 1) as u64;
+                    let span = leaves[j] - leaves[i];
+                    proptest::prop_assert!(
+                        count <= u64::from(after) + span / interval,
+                        "{} leave within {} ns", count, span
+                    );
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
         #[test]
         fn matches_a_plain_token_bucket(
             count in 1u32..50,

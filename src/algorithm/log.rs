@@ -82,7 +82,9 @@ pub(crate) fn decide(
         let (limit, period) = (u64::from(quota.rate().count()), quota.period_nanos());
         let count = inside(log, period, now);
         let first = log.len() - count;
-        let leaves = |entry: Option<&u64>| entry.map_or(0, |&e| (e + period).saturating_sub(now));
+        let leaves = |entry: Option<&u64>| {
+            entry.map_or(0, |&e| e.saturating_add(period).saturating_sub(now))
+        };
         reset = reset.max(leaves(log.back().filter(|_| count > 0)));
         let next = if count == 0 {
             0
@@ -243,5 +245,34 @@ mod tests {
         assert!(!peek.allowed());
         assert_eq!(peek.remaining(), 6);
         assert_eq!(log.len(), 4);
+    }
+
+    proptest::proptest! {
+        /// Keeping only the newest `max N` entries loses nothing: the bounded log decides
+        /// exactly as a log of every entry ever made would, strict or not, with several
+        /// quotas and costs — and never holds more than the largest count.
+        #[test]
+        fn the_bounded_log_decides_as_a_complete_history_would(
+            steps in proptest::collection::vec((0u64..1_500_000_000, 1u64..4), 1..300),
+            strict in proptest::bool::ANY,
+        ) {
+            let quotas = [quota("4/s"), quota("9/5s")];
+            let mut log = VecDeque::new();
+            let mut history: Vec<u64> = Vec::new();
+            let mut now = NOW;
+            for (advance, cost) in steps {
+                now += advance;
+                let decision = decide(&mut log, &quotas, cost, now, CheckMode::Consume, strict);
+                let inside = |period: u64| history.iter().filter(|&&t| t + period > now).count() as u64;
+                let fits = quotas
+                    .iter()
+                    .all(|q| inside(q.period_nanos()) + cost <= u64::from(q.rate().count()));
+                proptest::prop_assert_eq!(decision.allowed(), fits, "at {}", now);
+                if fits || strict {
+                    history.extend(std::iter::repeat_n(now, cost as usize));
+                }
+                proptest::prop_assert!(log.len() <= 9);
+            }
+        }
     }
 }
