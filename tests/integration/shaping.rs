@@ -37,11 +37,20 @@ const DELAYED: &str =
 
 /// Sends `n` requests at once; each one's status, `Retry-After` and time to answer.
 async fn at_once(proxy: SocketAddr, n: usize) -> Vec<(StatusCode, Option<String>, Duration)> {
+    at_once_to(proxy, "/upload", n).await
+}
+
+/// The same, to `path`.
+async fn at_once_to(
+    proxy: SocketAddr,
+    path: &'static str,
+    n: usize,
+) -> Vec<(StatusCode, Option<String>, Duration)> {
     let started = Instant::now();
     let tasks: Vec<_> = (0..n)
         .map(|_| {
             tokio::spawn(async move {
-                let reply = get(proxy, "/upload", &[]).await;
+                let reply = get(proxy, path, &[]).await;
                 let retry = reply.header("retry-after").map(str::to_owned);
                 (reply.status, retry, started.elapsed())
             })
@@ -57,11 +66,13 @@ async fn at_once(proxy: SocketAddr, n: usize) -> Vec<(StatusCode, Option<String>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_requests_at_once_all_pass_a_fifth_of_a_second_apart() {
     let (upstream, arrivals) = timed_upstream().await;
-    let running = start_gateway(DELAYED, |o| {
+    // A rule of its own: the metrics recorder is one per process, shared by every test.
+    let config = DELAYED.replace("upload", "six");
+    let running = start_gateway(&config, |o| {
         o.upstream = Some(format!("http://{upstream}").parse().unwrap())
     })
     .await;
-    let replies = at_once(running.gateway.listen_addr(), 6).await;
+    let replies = at_once_to(running.gateway.listen_addr(), "/six", 6).await;
     assert!(
         replies.iter().all(|(status, ..)| *status == StatusCode::OK),
         "{replies:?}"
@@ -81,6 +92,45 @@ async fn six_requests_at_once_all_pass_a_fifth_of_a_second_apart() {
         spread >= Duration::from_millis(950) && spread < Duration::from_millis(2_000),
         "{spread:?}"
     );
+    // Five were held: counted, and their waits in the histogram.
+    let metrics = get(running.gateway.admin_addr(), "/metrics", &[])
+        .await
+        .body;
+    assert!(
+        metrics.contains("tollgate_delayed_total{rule=\"six\"} 5"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tollgate_delay_seconds_count{rule=\"six\"} 5"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_gateway_the_log_admits_n_again_once_the_oldest_has_left() {
+    let (upstream, _) = timed_upstream().await;
+    let config = "[limits]\nupload = { rate = \"2/1s\", algorithm = \"sliding-log\" }\n";
+    let running = start_gateway(config, |o| {
+        o.upstream = Some(format!("http://{upstream}").parse().unwrap())
+    })
+    .await;
+    let proxy = running.gateway.listen_addr();
+    let statuses = |replies: Vec<(StatusCode, Option<String>, Duration)>| -> Vec<u16> {
+        replies.iter().map(|(s, ..)| s.as_u16()).collect()
+    };
+    let mut first = Vec::new();
+    for _ in 0..3 {
+        first.extend(at_once(proxy, 1).await);
+    }
+    assert_eq!(statuses(first.clone()), [200, 200, 429]);
+    assert_eq!(first[2].1.as_deref(), Some("1"), "until the oldest leaves");
+    // Once the window has passed the oldest (and the second), exactly two again.
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
+    let mut again = Vec::new();
+    for _ in 0..3 {
+        again.extend(at_once(proxy, 1).await);
+    }
+    assert_eq!(statuses(again), [200, 200, 429]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
