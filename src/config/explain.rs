@@ -20,6 +20,9 @@ pub struct Explanation {
     pub tried: Vec<Step>,
     /// The rule that applies: the longest prefix with a rule.
     pub rule: Option<String>,
+    /// What kind of bucket that rule keeps ([`Rule::kind`](super::Rule::kind)):
+    /// `gcra, delayed up to 2s`, `sliding-log, strict`, `unlimited`.
+    pub kind: Option<String>,
     /// The bucket the request would draw on (none for unlimited or unmatched requests).
     pub bucket: Option<String>,
 }
@@ -44,6 +47,7 @@ impl RuleSet {
     /// let limits = Limits::from_toml("[limits]\n\"/\" = \"9/s\"\napi = \"5/s\"\n")?;
     /// let why = limits.rules().explain("api/search", "203.0.113.7");
     /// assert_eq!(why.rule.as_deref(), Some("api"));
+    /// assert_eq!(why.kind.as_deref(), Some("gcra"));
     /// let tried: Vec<_> = why.tried.iter().map(|s| (s.prefix.as_str(), s.has_rule)).collect();
     /// assert_eq!(tried, [("/", true), ("api", true), ("api/search", false)]);
     /// # Ok::<(), tollgate::config::ConfigError>(())
@@ -84,6 +88,7 @@ impl RuleSet {
             key,
             tried,
             rule: rule.map(|r| r.name().to_owned()),
+            kind: rule.map(|r| r.kind()),
             bucket: rule
                 .filter(|r| !r.is_unlimited())
                 .map(|r| r.bucket_key(&Client::from_segment(client))),

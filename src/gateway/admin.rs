@@ -395,7 +395,7 @@ async fn explain(
         "key": why.key,
         "tried": why.tried.iter().map(|s| json!({"prefix": s.prefix, "has_rule": s.has_rule})).collect::<Vec<_>>(),
         "rule": why.rule,
-        "kind": why.rule.as_deref().and_then(|name| rules.rules().iter().find(|r| r.name() == name)).map(|r| r.kind()),
+        "kind": why.kind,
         "bucket": why.bucket,
         "state": state_now,
     }))

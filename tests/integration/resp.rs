@@ -220,6 +220,10 @@ async fn resp3_tollgates_commands_and_live_rules() {
         field("bucket"),
         Some(redis::Value::BulkString(b"login/203.0.113.7".to_vec()))
     );
+    assert_eq!(
+        field("kind"),
+        Some(redis::Value::BulkString(b"gcra".to_vec()))
+    );
     assert!(send(&mut redis, "TG.PEEK nowhere").await.is_ok());
 
     // A saved config reaches TG.CHECK: login goes from 5 to 50 a day.

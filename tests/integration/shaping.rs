@@ -343,11 +343,11 @@ async fn warm_up_starts_a_cold_global_bucket_at_a_third_of_the_rate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_explain_and_buckets_show_the_new_kinds() {
     let (upstream, _) = timed_upstream().await;
-    let config = format!(
+    let toml = format!(
         "{DELAYED}login = {{ rate = \"5/h\", algorithm = \"sliding-log\", strict = true }}\n\
          warm = {{ rate = \"100/s\", per = \"global\", warmup = \"30s\" }}\n"
     );
-    let running = start_gateway(&config, |o| {
+    let running = start_gateway(&toml, |o| {
         o.upstream = Some(format!("http://{upstream}").parse().unwrap())
     })
     .await;
@@ -391,6 +391,10 @@ async fn config_explain_and_buckets_show_the_new_kinds() {
 
     let why = json(get(admin, "/explain?path=/login&client=127.0.0.1", &[]).await);
     assert_eq!(why["kind"], "sliding-log, strict");
+    let explained = tollgate::config::RuleSet::from_toml(&toml)
+        .unwrap()
+        .explain("upload", "x");
+    assert_eq!(explained.kind.as_deref(), Some("gcra, delayed up to 2s"));
     assert_eq!(why["state"]["remaining"], 4, "one of five logged");
 
     let buckets = json(get(admin, "/buckets?prefix=login/", &[]).await);

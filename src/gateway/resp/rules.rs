@@ -88,14 +88,18 @@ pub(super) fn explain<St: Store>(limits: &Limits<St>, args: &[&[u8]], reply: &mu
     let (route, client) = key.rsplit_once('/').unwrap_or(("", key));
     let route = normalize_route(route, rules.route_settings());
     let why = rules.explain(&route, client);
-    reply.map(6);
+    reply.map(7);
     reply.bulk(b"key");
     reply.bulk(why.key.as_bytes());
     reply.bulk(b"route");
     reply.bulk(why.route.as_bytes());
     reply.bulk(b"client");
     reply.bulk(why.client.as_bytes());
-    for (field, value) in [("rule", &why.rule), ("bucket", &why.bucket)] {
+    for (field, value) in [
+        ("rule", &why.rule),
+        ("kind", &why.kind),
+        ("bucket", &why.bucket),
+    ] {
         reply.bulk(field.as_bytes());
         match value {
             Some(value) => reply.bulk(value.as_bytes()),
