@@ -3,6 +3,9 @@
 //! boxed on the common paths; a `count_status` request carries a boxed charge to settle
 //! once its response shows whether it counts, and a held request a boxed timer.
 //!
+//! A request waiting for a slot under a concurrency cap (`on_limit = "delay"`) waits the
+//! same way, at most `max_delay`, and is refused if none comes.
+//!
 //! A held request costs a timer, not a thread. Dropped while held (the client went away),
 //! it never reaches the inner service, and gives nothing back: its place in the schedule
 //! was taken when it was decided, as nginx's `limit_req` accounts a delayed request.
@@ -18,10 +21,11 @@ use pin_project_lite::pin_project;
 use tower::Service;
 
 use crate::body::ResponseBody;
+use crate::concurrency::Permit;
 use crate::config::RuleSet;
-use crate::limits::{Charge, Limits};
+use crate::limits::{Charge, Limits, Plan, QueuedPermit};
 use crate::outcome::Outcome;
-use crate::response::RateLimitHeaders;
+use crate::response::{RateLimitHeaders, busy};
 use crate::store::{Store, StoreError};
 
 pin_project! {
@@ -54,12 +58,14 @@ pin_project! {
             future: S::Future,
             headers: Option<RateLimitHeaders>,
             charge: Option<Box<PendingCharge<St>>>,
+            permit: Option<Box<Permit>>,
         },
         Charging {
             charging: St::Future,
             response: Option<S::Response>,
             pending: Option<Box<PendingCharge<St>>>,
             headers: Option<RateLimitHeaders>,
+            permit: Option<Box<Permit>>,
         },
         Rejected {
             response: Option<Response<Bytes>>,
@@ -68,7 +74,29 @@ pin_project! {
             timer: Pin<Box<tokio::time::Sleep>>,
             held: Option<Box<Held<S, B, St>>>,
         },
+        Queued {
+            waiting: Pin<Box<Waiting>>,
+            queued: Option<Box<QueuedRequest<S, B, St>>>,
+        },
     }
+}
+
+pin_project! {
+    /// A place in a concurrency queue, and how long it may be kept.
+    pub(crate) struct Waiting {
+        permit: QueuedPermit,
+        #[pin]
+        timer: tokio::time::Sleep,
+    }
+}
+
+/// A request waiting for a slot, with a service made ready for it.
+pub(crate) struct QueuedRequest<S, B, St> {
+    service: S,
+    request: Request<B>,
+    limits: Limits<St>,
+    rules: Arc<RuleSet>,
+    index: usize,
 }
 
 /// A request admitted for later (`on_limit = "delay"`), with a service made ready for it.
@@ -77,6 +105,7 @@ struct Held<S, B, St> {
     request: Request<B>,
     headers: RateLimitHeaders,
     charge: Option<Box<PendingCharge<St>>>,
+    permit: Option<Box<Permit>>,
 }
 
 /// A request waiting for its decision, with a service already made ready for it.
@@ -86,6 +115,7 @@ struct Parked<S, B, St> {
     rules: Arc<RuleSet>,
     index: usize,
     charge: Option<Box<PendingCharge<St>>>,
+    permit: Option<Box<Permit>>,
 }
 
 /// What a `count_status` request owes if its response counts.
@@ -137,12 +167,41 @@ where
         future: S::Future,
         headers: Option<RateLimitHeaders>,
         charge: Option<Box<PendingCharge<St>>>,
+        permit: Option<Box<Permit>>,
     ) -> Self {
         ResponseFuture {
             state: State::Calling {
                 future,
                 headers,
                 charge,
+                permit,
+            },
+        }
+    }
+
+    /// Waits for a slot (at most `max_wait`), then decides the rate and calls `service`.
+    pub(crate) fn queued(
+        permit: QueuedPermit,
+        max_wait: std::time::Duration,
+        service: S,
+        request: Request<B>,
+        limits: Limits<St>,
+        rules: Arc<RuleSet>,
+        index: usize,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Queued {
+                waiting: Box::pin(Waiting {
+                    permit,
+                    timer: tokio::time::sleep(max_wait),
+                }),
+                queued: Some(Box::new(QueuedRequest {
+                    service,
+                    request,
+                    limits,
+                    rules,
+                    index,
+                })),
             },
         }
     }
@@ -154,6 +213,7 @@ where
         request: Request<B>,
         headers: RateLimitHeaders,
         charge: Option<Box<PendingCharge<St>>>,
+        permit: Option<Box<Permit>>,
     ) -> Self {
         ResponseFuture {
             state: State::Holding {
@@ -163,6 +223,7 @@ where
                     request,
                     headers,
                     charge,
+                    permit,
                 })),
             },
         }
@@ -183,6 +244,7 @@ where
         rules: Arc<RuleSet>,
         index: usize,
         charge: Option<Box<PendingCharge<St>>>,
+        permit: Option<Box<Permit>>,
     ) -> Self {
         ResponseFuture {
             state: State::Deciding {
@@ -193,6 +255,7 @@ where
                     rules,
                     index,
                     charge,
+                    permit,
                 })),
             },
         }
@@ -222,6 +285,7 @@ where
                         rules,
                         index,
                         charge,
+                        permit,
                     } = *parked;
                     let outcome = match rules.rule(index) {
                         Some(rule) => Outcome::new(result, rule, &rules),
@@ -232,6 +296,7 @@ where
                             future: service.call(request),
                             headers,
                             charge,
+                            permit,
                         }),
                         Outcome::Hold(delay, headers) => state.set(State::Holding {
                             timer: Box::pin(tokio::time::sleep(delay)),
@@ -240,6 +305,7 @@ where
                                 request,
                                 headers,
                                 charge,
+                                permit,
                             })),
                         }),
                         Outcome::Reject(response) => {
@@ -257,19 +323,105 @@ where
                         request,
                         headers,
                         charge,
+                        permit,
                     } = *held;
                     state.set(State::Calling {
                         future: service.call(request),
                         headers: Some(headers),
                         charge,
+                        permit,
                     });
+                }
+                StateProj::Queued { waiting, queued } => {
+                    let waiting = waiting.as_mut().project();
+                    let permit = match Pin::new(waiting.permit).poll(cx) {
+                        Poll::Ready(permit) => permit,
+                        Poll::Pending => {
+                            ready!(waiting.timer.poll(cx));
+                            None
+                        }
+                    };
+                    let Some(queued) = queued.take() else {
+                        return Poll::Pending;
+                    };
+                    let QueuedRequest {
+                        mut service,
+                        request,
+                        limits,
+                        rules,
+                        index,
+                    } = *queued;
+                    let Some(permit) = permit else {
+                        // No slot within max_delay: refused, as if the cap had been full.
+                        if let Some(counters) = rules.rule(index).and_then(|r| r.counters()) {
+                            counters.limited.increment(1);
+                            if let Some(c) = &counters.concurrency {
+                                c.refused.increment(1);
+                            }
+                        }
+                        let response = busy(rules.response());
+                        return Poll::Ready(Ok(response.map(ResponseBody::rejection)));
+                    };
+                    match limits.plan_after_slot(&rules, index, &request, permit) {
+                        Plan::Check {
+                            decision,
+                            charge,
+                            permit,
+                            ..
+                        } => {
+                            let charge = charge.map(|charge| {
+                                Box::new(PendingCharge {
+                                    limits: limits.clone(),
+                                    rules: Arc::clone(&rules),
+                                    index,
+                                    charge,
+                                })
+                            });
+                            state.set(State::Deciding {
+                                decision,
+                                parked: Some(Box::new(Parked {
+                                    service,
+                                    request,
+                                    rules,
+                                    index,
+                                    charge,
+                                    permit,
+                                })),
+                            });
+                        }
+                        Plan::Pass(permit) => state.set(State::Calling {
+                            future: service.call(request),
+                            headers: None,
+                            charge: None,
+                            permit,
+                        }),
+                        // A rate check after a slot never asks for another slot.
+                        Plan::Busy | Plan::Queue { .. } => {
+                            let response = busy(rules.response());
+                            return Poll::Ready(Ok(response.map(ResponseBody::rejection)));
+                        }
+                    }
                 }
                 StateProj::Calling {
                     future,
                     headers,
                     charge,
+                    permit,
                 } => {
-                    let mut response = ready!(future.poll(cx))?;
+                    let mut response = match ready!(future.poll(cx)) {
+                        Ok(response) => response,
+                        Err(error) => {
+                            // A failure teaches an adaptive limit nothing, and frees the slot.
+                            if let Some(mut permit) = permit.take() {
+                                permit.finished(false);
+                            }
+                            return Poll::Ready(Err(error));
+                        }
+                    };
+                    let mut permit = permit.take();
+                    if let Some(permit) = permit.as_mut() {
+                        permit.finished(!response.status().is_server_error());
+                    }
                     let mut headers = headers.take();
                     if let Some(pending) = charge.take()
                         && let Some(mut charging) = pending.start(response.status())
@@ -282,6 +434,7 @@ where
                                     response: Some(response),
                                     pending: Some(pending),
                                     headers,
+                                    permit,
                                 });
                                 continue;
                             }
@@ -290,13 +443,16 @@ where
                     if let Some(headers) = headers {
                         headers.apply(response.headers_mut());
                     }
-                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                    return Poll::Ready(Ok(
+                        response.map(|body| ResponseBody::holding(body, permit))
+                    ));
                 }
                 StateProj::Charging {
                     charging,
                     response,
                     pending,
                     headers,
+                    permit,
                 } => {
                     let result = ready!(Pin::new(charging).poll(cx));
                     let (Some(mut response), Some(pending)) = (response.take(), pending.take())
@@ -306,7 +462,10 @@ where
                     if let Some(headers) = pending.headers(result, headers.take()) {
                         headers.apply(response.headers_mut());
                     }
-                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                    let permit = permit.take();
+                    return Poll::Ready(Ok(
+                        response.map(|body| ResponseBody::holding(body, permit))
+                    ));
                 }
                 StateProj::Rejected { response } => {
                     return match response.take() {

@@ -12,6 +12,7 @@ pub mod store;
 
 mod algorithm;
 mod atomic_file;
+pub mod concurrency;
 mod decision;
 mod future;
 mod layer;
@@ -21,6 +22,7 @@ mod quota;
 mod service;
 
 pub use algorithm::{Algorithm, Delay, Shaping};
+pub use concurrency::{AdaptiveSettings, Concurrency};
 pub use decision::Decision;
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;

@@ -132,6 +132,18 @@ pub(crate) fn rejection(
     response
 }
 
+/// The denial of a request over its rule's concurrency cap: the configured status,
+/// `Retry-After: 1`, the configured body. No `RateLimit` fields: they describe rates, and the
+/// request took nothing from the rule's rate.
+pub(crate) fn busy(settings: &ResponseSettings) -> Response<Bytes> {
+    let mut response = Response::new(settings.body.bytes(1));
+    *response.status_mut() = settings.status;
+    let headers = response.headers_mut();
+    headers.insert(RETRY_AFTER, retry_after_value(1));
+    headers.insert(CONTENT_TYPE, settings.content_type.clone());
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

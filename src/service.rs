@@ -44,6 +44,7 @@ use crate::config::RuleSet;
 use crate::future::{PendingCharge, ResponseFuture};
 use crate::limits::{Limits, Plan};
 use crate::outcome::Outcome;
+use crate::response::busy;
 use crate::store::{MemoryStore, Store};
 
 /// A service behind rate limits. Made by [`RateLimitLayer`](crate::RateLimitLayer).
@@ -126,13 +127,31 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let timer = DecisionTimer::sample();
         let rules = self.limits.rules();
-        let (index, mut decision, charge) = match self.limits.plan(&rules, &request) {
-            Plan::Pass => return ResponseFuture::call(self.inner.call(request), None, None),
+        let (index, mut decision, charge, permit) = match self.limits.plan(&rules, &request) {
+            Plan::Pass(permit) => {
+                return ResponseFuture::call(self.inner.call(request), None, None, permit);
+            }
             Plan::Check {
                 index,
                 decision,
                 charge,
-            } => (index, decision, charge),
+                permit,
+            } => (index, decision, charge, permit),
+            Plan::Busy => return ResponseFuture::rejected(busy(rules.response())),
+            Plan::Queue { index, wait } => {
+                let max_wait = rules
+                    .rule(index)
+                    .and_then(|rule| rule.shaping())
+                    .and_then(|shaping| shaping.delay())
+                    .map_or(std::time::Duration::ZERO, |delay| delay.max());
+                let fresh = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, fresh);
+                let rules: Arc<RuleSet> = arc_swap::Guard::into_inner(rules);
+                let limits = self.limits.clone();
+                return ResponseFuture::queued(
+                    wait, max_wait, ready, request, limits, rules, index,
+                );
+            }
         };
         // count_status rules settle after the response, against the very rule set that
         // decided (the snapshot, not a fresh load a reload may have replaced).
@@ -149,16 +168,17 @@ where
         if let Poll::Ready(result) = Pin::new(&mut decision).poll(&mut cx) {
             timer.record();
             let Some(rule) = rules.rule(index) else {
-                return ResponseFuture::call(self.inner.call(request), None, None);
+                return ResponseFuture::call(self.inner.call(request), None, None, permit);
             };
+            // A refusal drops the permit here: a request refused by the rate takes no slot.
             return match Outcome::new(result, rule, &rules) {
                 Outcome::Admit(headers) => {
-                    ResponseFuture::call(self.inner.call(request), headers, charge)
+                    ResponseFuture::call(self.inner.call(request), headers, charge, permit)
                 }
                 Outcome::Hold(delay, headers) => {
                     let fresh = self.inner.clone();
                     let ready = std::mem::replace(&mut self.inner, fresh);
-                    ResponseFuture::holding(delay, ready, request, headers, charge)
+                    ResponseFuture::holding(delay, ready, request, headers, charge, permit)
                 }
                 Outcome::Reject(response) => ResponseFuture::rejected(response),
             };
@@ -167,6 +187,6 @@ where
         let fresh = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, fresh);
         let rules: Arc<RuleSet> = arc_swap::Guard::into_inner(rules);
-        ResponseFuture::deciding(decision, ready, request, rules, index, charge)
+        ResponseFuture::deciding(decision, ready, request, rules, index, charge, permit)
     }
 }

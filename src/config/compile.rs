@@ -13,6 +13,7 @@ use std::ops::Range;
 
 use toml::Spanned;
 
+use super::concurrency;
 use super::error::{ConfigError, Diagnostic};
 use super::raw::{OneOrMany, RawFile, RawRule};
 use super::rule::{Limit, Origin, Rule, RuleId, StatusSet, display_name};
@@ -210,7 +211,8 @@ fn compile_limit(
             || raw.on_limit.is_some()
             || raw.max_delay.is_some()
             || raw.delay_after.is_some()
-            || raw.warmup.is_some();
+            || raw.warmup.is_some()
+            || raw.concurrency.is_some();
         if others {
             diagnostics.push(source.at(
                 rule_span,
@@ -248,12 +250,24 @@ fn compile_limit(
         .count_status
         .as_ref()
         .map(|list| compile_statuses(source, list, diagnostics));
-    let Some(rate_field) = &raw.rate else {
-        diagnostics.push(source.at(
-            rule_span,
-            format!("rule \"{name}\" needs a rate such as \"100/min\" (or unlimited = true)"),
-        ));
-        return None;
+    let concurrency = raw
+        .concurrency
+        .as_ref()
+        .and_then(|field| concurrency::compile_concurrency(source, field, diagnostics));
+    let no_rate = OneOrMany(Vec::new());
+    let rate_field = match &raw.rate {
+        Some(field) => Spanned::new(field.span(), &field.get_ref().0),
+        // A cap on requests in flight alone needs no rate.
+        None if raw.concurrency.is_some() && raw.burst.is_none() => {
+            Spanned::new(rule_span.clone(), &no_rate.0)
+        }
+        None => {
+            diagnostics.push(source.at(
+                rule_span,
+                format!("rule \"{name}\" needs a rate such as \"100/min\", a concurrency, or unlimited = true"),
+            ));
+            return None;
+        }
     };
     let span_of = |span: &Option<Range<usize>>, field: Range<usize>| -> Range<usize> {
         match span {
@@ -263,7 +277,7 @@ fn compile_limit(
         }
     };
     let mut rates = Vec::new();
-    for (text, span) in &rate_field.get_ref().0 {
+    for (text, span) in rate_field.get_ref().iter() {
         match text.parse::<Rate>() {
             Ok(rate) => rates.push((rate, span_of(span, rate_field.span()))),
             Err(error) => {
@@ -271,7 +285,7 @@ fn compile_limit(
             }
         }
     }
-    if rate_field.get_ref().0.is_empty() {
+    if raw.rate.is_some() && rate_field.get_ref().is_empty() {
         diagnostics.push(source.at(rate_field.span(), "rate list is empty"));
     }
 
@@ -282,12 +296,12 @@ fn compile_limit(
             .collect(),
         Some(field) => {
             let OneOrMany(items) = field.get_ref();
-            if items.len() != rate_field.get_ref().0.len() {
+            if items.len() != rate_field.get_ref().len() {
                 diagnostics.push(source.at(
                     field.span(),
                     format!(
                         "rule \"{name}\" has {} rate(s) but {} burst value(s); give one burst per rate, or none",
-                        rate_field.get_ref().0.len(),
+                        rate_field.get_ref().len(),
                         items.len()
                     ),
                 ));
@@ -366,6 +380,7 @@ fn compile_limit(
         algorithm,
         strict: raw.strict.as_ref().is_some_and(|s| *s.get_ref()),
         shaping,
+        concurrency,
         shadow: raw.shadow.as_ref().is_some_and(|s| *s.get_ref()),
         count_status,
     })

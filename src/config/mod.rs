@@ -18,6 +18,7 @@
 //! ```
 
 mod compile;
+mod concurrency;
 #[cfg(feature = "yaml")]
 mod envoy_yaml;
 mod error;

@@ -160,6 +160,7 @@ pub(crate) struct RawRule {
     pub(crate) max_delay: Option<Spanned<String>>,
     pub(crate) delay_after: Option<Spanned<i64>>,
     pub(crate) warmup: Option<Spanned<String>>,
+    pub(crate) concurrency: Option<Spanned<toml::Value>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -178,6 +179,7 @@ struct RawRuleTable {
     max_delay: Option<Spanned<String>>,
     delay_after: Option<Spanned<i64>>,
     warmup: Option<Spanned<String>>,
+    concurrency: Option<Spanned<toml::Value>>,
 }
 
 impl<'de> Deserialize<'de> for RawRule {
@@ -215,6 +217,7 @@ impl<'de> Deserialize<'de> for RawRule {
                     max_delay: table.max_delay,
                     delay_after: table.delay_after,
                     warmup: table.warmup,
+                    concurrency: table.concurrency,
                 })
             }
         }

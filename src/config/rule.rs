@@ -61,17 +61,40 @@ pub(crate) struct RuleCounters {
     /// `on_limit = "delay"`: requests held, and for how long.
     pub(crate) delayed: metrics::Counter,
     pub(crate) delay: metrics::Histogram,
+    /// Rules with a `concurrency` cap only.
+    pub(crate) concurrency: Option<ConcurrencyCounters>,
+}
+
+/// A concurrency cap's metrics: in flight now, the cap, and requests it refused.
+#[derive(Clone)]
+pub(crate) struct ConcurrencyCounters {
+    pub(crate) in_flight: metrics::Gauge,
+    pub(crate) limit: metrics::Gauge,
+    pub(crate) refused: metrics::Counter,
 }
 
 impl RuleCounters {
-    fn new(name: &str) -> RuleCounters {
+    fn new(name: &str, concurrency: Option<crate::Concurrency>) -> RuleCounters {
         let name: Arc<str> = Arc::from(name);
+        let concurrency = concurrency.map(|cap| {
+            let counters = ConcurrencyCounters {
+                in_flight: metrics::gauge!("tollgate_in_flight", "rule" => Arc::clone(&name)),
+                limit: metrics::gauge!("tollgate_concurrency_limit", "rule" => Arc::clone(&name)),
+                refused: metrics::counter!("tollgate_concurrency_refused_total", "rule" => Arc::clone(&name)),
+            };
+            counters.limit.set(f64::from(match cap {
+                crate::Concurrency::Fixed(n) => n,
+                crate::Concurrency::Adaptive(settings) => settings.min,
+            }));
+            counters
+        });
         RuleCounters {
             allowed: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "allowed"),
             limited: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "limited"),
             shadow_limited: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "shadow_limited"),
             delayed: metrics::counter!("tollgate_delayed_total", "rule" => Arc::clone(&name)),
             delay: metrics::histogram!("tollgate_delay_seconds", "rule" => name),
+            concurrency,
         }
     }
 }
@@ -102,6 +125,8 @@ pub enum Limit {
         strict: bool,
         /// Delay and warm-up (token-bucket rules only).
         shaping: crate::Shaping,
+        /// A cap on requests in flight (`concurrency`); the rule may then have no rate.
+        concurrency: Option<crate::Concurrency>,
         /// Measure and report, never refuse.
         shadow: bool,
         /// Only responses with these statuses take tokens; `None`: every request does.
@@ -201,7 +226,10 @@ impl Rule {
                 })
                 .collect(),
         };
-        let counters = matches!(limit, Limit::Limited { .. }).then(|| RuleCounters::new(&name));
+        let counters = match &limit {
+            Limit::Limited { concurrency, .. } => Some(RuleCounters::new(&name, *concurrency)),
+            Limit::Unlimited => None,
+        };
         Rule {
             key,
             name,
@@ -350,15 +378,43 @@ impl Rule {
     /// ```
     pub fn kind(&self) -> String {
         let Limit::Limited {
+            quotas,
             algorithm,
             strict,
             shaping,
+            concurrency,
+            per,
             ..
         } = &self.limit
         else {
             return "unlimited".to_owned();
         };
-        let mut kind = algorithm.to_string();
+        let mut kind = if quotas.is_empty() {
+            String::new()
+        } else {
+            algorithm.to_string()
+        };
+        match concurrency {
+            None => {}
+            Some(cap) => {
+                if !kind.is_empty() {
+                    kind.push_str(", ");
+                }
+                match cap {
+                    crate::Concurrency::Fixed(n) => {
+                        let whose = match per {
+                            super::Per::Client => "per client",
+                            super::Per::Global => "for the rule",
+                        };
+                        kind.push_str(&format!("at most {n} in flight {whose}"));
+                    }
+                    crate::Concurrency::Adaptive(settings) => kind.push_str(&format!(
+                        "adaptive concurrency {}..{}",
+                        settings.min, settings.max
+                    )),
+                }
+            }
+        }
         if let Some(delay) = shaping.delay() {
             kind.push_str(&format!(", delayed up to {:?}", delay.max()));
             if let Some(after) = delay.after() {
@@ -372,6 +428,14 @@ impl Rule {
             kind.push_str(", strict");
         }
         kind
+    }
+
+    /// The rule's cap on requests in flight, if any (`concurrency`).
+    pub fn concurrency(&self) -> Option<crate::Concurrency> {
+        match &self.limit {
+            Limit::Limited { concurrency, .. } => *concurrency,
+            Limit::Unlimited => None,
+        }
     }
 
     /// Whether refused requests hold the refill back (`strict = true`).

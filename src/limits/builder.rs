@@ -34,7 +34,7 @@ use crate::store::{MemoryStore, Store};
 #[must_use]
 pub struct LimitsBuilder<St = MemoryStore> {
     store: St,
-    clock: Option<Box<dyn Clock>>,
+    clock: Option<std::sync::Arc<dyn Clock>>,
 }
 
 impl<St: Store> LimitsBuilder<St> {
@@ -48,7 +48,7 @@ impl<St: Store> LimitsBuilder<St> {
 
     /// Reads time from `clock` instead of the [`SystemClock`].
     pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Some(Box::new(clock));
+        self.clock = Some(std::sync::Arc::new(clock));
         self
     }
 
@@ -87,8 +87,12 @@ impl<St: Store> LimitsBuilder<St> {
         let shared = Arc::new(Shared {
             rules: ArcSwap::from_pointee(rules),
             store: self.store,
-            clock: self.clock.unwrap_or_else(|| Box::new(SystemClock::new())),
+            clock: self
+                .clock
+                .unwrap_or_else(|| std::sync::Arc::new(SystemClock::new())),
             reloader,
+            in_flight: Arc::default(),
+            controllers: parking_lot::Mutex::default(),
             _sweeper: sweeper,
         });
         maintenance::restore(&shared);

@@ -4,8 +4,9 @@
 
 use http::Request;
 
-use super::Limits;
+use super::{Entry, Limits, QueuedPermit};
 use crate::clock::Timestamp;
+use crate::concurrency::Permit;
 use crate::config::{Limit, Per, Rule, RuleSet};
 use crate::decision::Decision;
 use crate::key::{Client, SegmentBuffer, normalize_route};
@@ -13,8 +14,9 @@ use crate::store::{BucketRef, CheckMode, CheckRequest, Store, StoreError};
 
 /// What the layer does with one request.
 pub(crate) enum Plan<F> {
-    /// No rule, or an unlimited one: pass through without headers.
-    Pass,
+    /// No rule, an unlimited one, or one without a rate: pass through without headers,
+    /// holding the slot of the rule's concurrency cap if it has one.
+    Pass(Option<Box<Permit>>),
     /// The store is deciding; the rule (by index into the rule set) shapes the response.
     /// For `count_status` rules the decision is a peek, and `charge` says what to take
     /// once the response shows whether it counts.
@@ -22,7 +24,13 @@ pub(crate) enum Plan<F> {
         index: usize,
         decision: F,
         charge: Option<Charge>,
+        permit: Option<Box<Permit>>,
     },
+    /// The rule's concurrency cap is reached: refuse at once.
+    Busy,
+    /// The cap is reached and the rule may wait (`on_limit = "delay"`): the slot comes
+    /// in arrival order, then the rate is checked ([`Limits::plan_after_slot`]).
+    Queue { index: usize, wait: QueuedPermit },
 }
 
 /// What a `count_status` request will be charged, if its response counts.
@@ -105,9 +113,9 @@ impl<St: Store> Limits<St> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check_request<B>(&self, request: &Request<B>) -> Option<St::Future> {
-        match self.plan(&self.rules(), request) {
-            Plan::Pass => None,
+        match self.plan_with(&self.rules(), request, false) {
             Plan::Check { decision, .. } => Some(decision),
+            Plan::Pass(_) | Plan::Busy | Plan::Queue { .. } => None,
         }
     }
 
@@ -150,16 +158,62 @@ impl<St: Store> Limits<St> {
             .map(|decision| decision.with_rule(rule).with_shadow(shadow))
     }
 
-    /// Resolves `request` against `rules` and starts its check: the whole per-request
-    /// decision, reading the clock once.
+    /// Resolves `request` against `rules`, takes a slot under the rule's concurrency cap
+    /// and starts its rate check: the whole per-request decision, reading the clock once.
     pub(crate) fn plan<B>(&self, rules: &RuleSet, request: &Request<B>) -> Plan<St::Future> {
+        self.plan_with(rules, request, true)
+    }
+
+    /// The rate check of a request that has waited for its slot (`Plan::Queue`).
+    pub(crate) fn plan_after_slot<B>(
+        &self,
+        rules: &RuleSet,
+        index: usize,
+        request: &Request<B>,
+        permit: Permit,
+    ) -> Plan<St::Future> {
+        let Some(rule) = rules.rule(index) else {
+            return Plan::Pass(Some(Box::new(permit)));
+        };
+        let client = Client::identify(request, rules.client_settings());
+        self.plan_rate(index, rule, request, &client, Some(Box::new(permit)))
+    }
+
+    fn plan_with<B>(
+        &self,
+        rules: &RuleSet,
+        request: &Request<B>,
+        concurrency: bool,
+    ) -> Plan<St::Future> {
         let route = normalize_route(request.uri().path(), rules.route_settings());
         let client = Client::identify(request, rules.client_settings());
         let mut buffer = SegmentBuffer::default();
         let found = rules.resolve_with(&route, || client.segment(&mut buffer).into());
         let Some((index, rule)) = found.and_then(|index| Some((index, rules.rule(index)?))) else {
-            return Plan::Pass;
+            return Plan::Pass(None);
         };
+        let permit = if concurrency {
+            match self.enter(rule, &client) {
+                Entry::Free => None,
+                Entry::Now(permit) => Some(Box::new(permit)),
+                Entry::Queued(wait) => return Plan::Queue { index, wait },
+                Entry::Full => return Plan::Busy,
+            }
+        } else {
+            None
+        };
+        self.plan_rate(index, rule, request, &client, permit)
+    }
+
+    /// The rate half of a plan, holding `permit` (the concurrency half's slot) throughout.
+    fn plan_rate<B>(
+        &self,
+        index: usize,
+        rule: &Rule,
+        request: &Request<B>,
+        client: &Client<'_>,
+        permit: Option<Box<Permit>>,
+    ) -> Plan<St::Future> {
         let cost = request.extensions().get::<RequestCost>().map(|cost| cost.0);
         let now = self.shared.clock.now();
         let counts_status = matches!(
@@ -174,17 +228,18 @@ impl<St: Store> Limits<St> {
         } else {
             CheckMode::Consume
         };
-        let Some(decision) = self.start_check(rule, &client, mode, cost, now) else {
-            return Plan::Pass;
+        let Some(decision) = self.start_check(rule, client, mode, cost, now) else {
+            return Plan::Pass(permit);
         };
         let charge = counts_status.then(|| Charge {
             cost: cost.unwrap_or_else(|| rule.cost()),
-            client: client.into_owned(),
+            client: client.clone().into_owned(),
         });
         Plan::Check {
             index,
             decision,
             charge,
+            permit,
         }
     }
 
@@ -210,6 +265,10 @@ impl<St: Store> Limits<St> {
         else {
             return None;
         };
+        // A rule with a concurrency cap alone has no rate to check.
+        if quotas.is_empty() {
+            return None;
+        }
         let cost = cost.unwrap_or(*rule_cost);
         let client = match per {
             Per::Client => Some(client),

@@ -102,12 +102,15 @@ impl<St: Store> Limits<St> {
         for (at, key) in keys.iter().enumerate() {
             let found = rules.resolve_with(key.route, || key.last.into());
             match found.and_then(|index| rules.rule(index)) {
-                Some(rule) if !rule.is_unlimited() => limited.push(Limited {
-                    at,
-                    rule,
-                    client: bucket_client(key, rule, by),
-                    cost: key.cost.unwrap_or_else(|| rule.cost()),
-                }),
+                // A rule with a concurrency cap alone has no rate to check here.
+                Some(rule) if !rule.is_unlimited() && !rule.quotas().is_empty() => {
+                    limited.push(Limited {
+                        at,
+                        rule,
+                        client: bucket_client(key, rule, by),
+                        cost: key.cost.unwrap_or_else(|| rule.cost()),
+                    })
+                }
                 Some(rule) => decisions[at] = Some(decided_by(Decision::unlimited(), rule)),
                 None => decisions[at] = Some(Decision::unlimited()),
             }

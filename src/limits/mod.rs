@@ -25,6 +25,7 @@
 
 mod builder;
 mod caller;
+mod concurrency;
 mod decide;
 mod live;
 mod maintenance;
@@ -38,6 +39,7 @@ use arc_swap::ArcSwap;
 
 pub use builder::LimitsBuilder;
 pub use caller::{CallerBucket, TakeOptions};
+pub(crate) use concurrency::{Entry, QueuedPermit};
 pub use decide::RequestCost;
 pub(crate) use decide::{Charge, Plan};
 
@@ -55,10 +57,14 @@ struct Shared<St> {
     /// The active rules: one lock-free load per request.
     rules: ArcSwap<RuleSet>,
     store: St,
-    clock: Box<dyn Clock>,
+    clock: Arc<dyn Clock>,
     /// Re-reads the config and swaps new rules in; owns the watcher, if watching, which
     /// stops with the last clone.
     reloader: Reloader,
+    /// Requests in flight under concurrency caps.
+    in_flight: Arc<crate::concurrency::InFlight>,
+    /// Adaptive concurrency limits, by rule.
+    controllers: concurrency::Controllers,
     /// Dropping it (with the last clone) wakes and stops the sweeper.
     _sweeper: std::sync::mpsc::Sender<()>,
 }

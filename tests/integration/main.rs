@@ -17,6 +17,7 @@ mod gateway;
 mod grpc;
 mod grpc_protos;
 mod hyper_server;
+mod in_flight;
 mod layer_http;
 mod modes;
 mod redis_backend;
