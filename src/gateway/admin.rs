@@ -37,7 +37,7 @@ use crate::reload::SourceStatus;
 use crate::store::{
     BackendStore, BucketQuery, BucketRef, BucketSort, CALLER_DEFINED_PREFIX, Store, StoreError,
 };
-use crate::{Limits, Quota};
+use crate::{Concurrency, Limits, Quota};
 
 use super::credentials::constant_time_eq;
 use super::options::DEFAULT_HEADER_READ_TIMEOUT;
@@ -191,7 +191,36 @@ async fn config(State(state): State<AdminState<BackendStore>>) -> Json<Value> {
         "sources": status.sources.iter().map(source_json).collect::<Vec<_>>(),
         "store": store_json(state.limits.store()),
         "rules": rules_json(&rules),
+        "concurrency": concurrency_json(&state.limits, &rules),
     }))
+}
+
+/// Each concurrency cap now: requests in flight (over all its buckets), the limit (per
+/// bucket; an adaptive limit's current value) and an adaptive limit's measured no-load
+/// latency.
+fn concurrency_json(limits: &Limits<BackendStore>, rules: &RuleSet) -> Vec<Value> {
+    rules
+        .rules()
+        .iter()
+        .filter_map(|rule| {
+            let cap = rule.concurrency()?;
+            let in_flight = limits.in_flight().in_flight(rule.id().get());
+            let (limit, baseline) = match cap {
+                Concurrency::Fixed(n) => (n, None),
+                Concurrency::Adaptive(settings) => limits
+                    .adaptive_state(rule.id())
+                    .unwrap_or((settings.min, None)),
+            };
+            Some(json!({
+                "rule": rule.name(),
+                "kind": rule.kind(),
+                "in_flight": in_flight,
+                "limit": limit,
+                "adaptive": matches!(cap, Concurrency::Adaptive(_)),
+                "baseline_ms": baseline.map(|b| b.as_secs_f64() * 1e3),
+            }))
+        })
+        .collect()
 }
 
 /// One config source: what was read from it last, and how the last read went.

@@ -235,3 +235,125 @@ async fn a_cap_and_a_rate_on_one_rule_must_both_admit_and_a_refusal_takes_nothin
     assert!(third.headers().contains_key("ratelimit"));
     assert!(limits.in_flight().is_empty());
 }
+
+/// An upstream of `workers` workers taking `service` each, first come first served: latency
+/// is flat up to `workers` in flight and grows beyond.
+pub(crate) async fn queueing_upstream(workers: usize, service: Duration) -> std::net::SocketAddr {
+    let gate = Arc::new(Semaphore::new(workers));
+    let app = axum::Router::new().fallback(move || {
+        let gate = Arc::clone(&gate);
+        async move {
+            let Ok(_worker) = gate.acquire().await else {
+                return StatusCode::SERVICE_UNAVAILABLE;
+            };
+            tokio::time::sleep(service).await;
+            StatusCode::OK
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    address
+}
+
+/// The `q` quantile of `values` (sorted here).
+fn quantile(values: &mut [Duration], q: f64) -> Duration {
+    values.sort_unstable();
+    let at = ((values.len() as f64 * q) as usize).min(values.len().saturating_sub(1));
+    values.get(at).copied().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_cap_in_front_of_an_overloaded_upstream_keeps_latency_and_goodput() {
+    let (workers, service) = (4, Duration::from_millis(50));
+    let upstream = queueing_upstream(workers, service).await;
+    let running =
+        crate::support::start_gateway("[limits]\n\"/\" = { concurrency = \"adaptive\" }\n", |o| {
+            o.upstream = Some(format!("http://{upstream}").parse().unwrap())
+        })
+        .await;
+    let proxy = running.gateway.listen_addr();
+    // Open loop at three times the upstream's capacity (80/s), from the first moment.
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<Bytes>>();
+    let started = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_micros(4_167));
+    let mut tasks = Vec::new();
+    while started.elapsed() < Duration::from_secs(6) {
+        tick.tick().await;
+        let client = client.clone();
+        let sent = tokio::time::Instant::now();
+        tasks.push(tokio::spawn(async move {
+            let request = Request::get(format!("http://{proxy}/work"))
+                .body(http_body_util::Empty::new())
+                .unwrap();
+            let status = match client.request(request).await {
+                Ok(response) => {
+                    let status = response.status();
+                    let _ = response.into_body().collect().await;
+                    status
+                }
+                Err(_) => StatusCode::BAD_GATEWAY,
+            };
+            (sent.duration_since(started), status, sent.elapsed())
+        }));
+    }
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    // Judged once the limit has found the upstream (after the first probe and descent).
+    let settled: Vec<_> = results
+        .iter()
+        .filter(|(at, ..)| *at >= Duration::from_millis(2_500))
+        .collect();
+    let window = 3.5;
+    let mut admitted: Vec<Duration> = settled
+        .iter()
+        .filter(|(_, status, _)| *status == StatusCode::OK)
+        .map(|(.., took)| *took)
+        .collect();
+    let mut refused: Vec<Duration> = settled
+        .iter()
+        .filter(|(_, status, _)| *status == StatusCode::TOO_MANY_REQUESTS)
+        .map(|(.., took)| *took)
+        .collect();
+    let goodput = admitted.len() as f64 / window;
+    let p90 = quantile(&mut admitted, 0.9);
+    let refused_p90 = quantile(&mut refused, 0.9);
+    let admin = running.gateway.admin_addr();
+    let config: serde_json::Value =
+        serde_json::from_str(&crate::support::get(admin, "/config", &[]).await.body).unwrap();
+    eprintln!(
+        "goodput {goodput:.0}/s of 80/s, admitted p90 {p90:?}, refused p90 {refused_p90:?}, {} refused; cap {}",
+        refused.len(),
+        config["concurrency"][0]
+    );
+    assert!(goodput >= 0.75 * 80.0, "goodput {goodput:.0}/s");
+    assert!(
+        p90 <= 4 * service,
+        "admitted p90 {p90:?} for a 50 ms upstream"
+    );
+    assert!(
+        refused.len() as f64 >= 0.4 * settled.len() as f64,
+        "the excess is refused"
+    );
+    assert!(
+        refused_p90 < service,
+        "refused at once, not queued: {refused_p90:?}"
+    );
+    let baseline = config["concurrency"][0]["baseline_ms"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(
+        (45.0..=65.0).contains(&baseline),
+        "no-load latency {baseline} ms"
+    );
+    let metrics = crate::support::get(admin, "/metrics", &[]).await.body;
+    assert!(
+        metrics.contains("tollgate_concurrency_limit{rule=\"/\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("tollgate_concurrency_refused_total{rule=\"/\"}"));
+    assert!(metrics.contains("tollgate_in_flight{rule=\"/\"}"));
+}
