@@ -20,6 +20,9 @@ use crate::config::{Per, Rule, RuleSet};
 ///     "[limits]\nup = { rate = \"5/s\", on_limit = \"delay\", max_delay = \"2s\", delay_after = 2 }\n",
 /// )?;
 /// assert!(describe_rules(&shaped).contains("5/1s burst 5 · gcra · cost 1 · per client · delay ≤ 2s after 2"));
+///
+/// let capped = tollgate::config::RuleSet::from_toml("[limits]\nup = { concurrency = 3 }\n")?;
+/// assert!(describe_rules(&capped).contains("no rate · per client · at most 3 in flight"));
 /// # Ok::<(), tollgate::config::ConfigError>(())
 /// ```
 pub fn describe_rules(rules: &RuleSet) -> String {
@@ -49,11 +52,24 @@ fn describe(rule: &Rule) -> String {
         Some(Per::Global) => "global",
         _ => "per client",
     };
-    let mut line = format!(
-        "{} · {algorithm} · cost {} · {per}",
-        quotas.join(" + "),
-        rule.cost()
-    );
+    let mut line = if quotas.is_empty() {
+        format!("no rate · {per}")
+    } else {
+        format!(
+            "{} · {algorithm} · cost {} · {per}",
+            quotas.join(" + "),
+            rule.cost()
+        )
+    };
+    match rule.concurrency() {
+        Some(crate::Concurrency::Fixed(n)) => {
+            let _ = write!(line, " · at most {n} in flight");
+        }
+        Some(crate::Concurrency::Adaptive(a)) => {
+            let _ = write!(line, " · adaptive concurrency {}..{}", a.min, a.max);
+        }
+        None => {}
+    }
     if rule.is_strict() {
         line.push_str(" · strict");
     }
