@@ -2,7 +2,7 @@
 # Every benchmark in one go, release builds, results under bench/results/<date>/.
 #
 #   bash bench/run.sh                 # all suites
-#   bash bench/run.sh memory redis    # only some: criterion envoy memory redis scale reload axum gateway config resp grpc
+#   bash bench/run.sh memory redis    # only some: criterion envoy memory redis scale reload adaptive axum gateway config resp grpc
 #
 # Each suite measures its baselines in the same run (governor, redis-benchmark, nginx), so
 # read ratios, not absolute figures: this shared 2-core machine drifts by tens of percent.
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 suites=("$@")
-[ "${#suites[@]}" -gt 0 ] || suites=(criterion envoy memory redis scale reload axum gateway config resp grpc)
+[ "${#suites[@]}" -gt 0 ] || suites=(criterion envoy memory redis scale reload adaptive axum gateway config resp grpc)
 out="bench/results/$(date -u +%F-%H%M)"
 mkdir -p "$out"
 
@@ -27,6 +27,7 @@ for suite in "${suites[@]}"; do
     grpc)      bash bench/grpc.sh 2>&1 | tee "$out/grpc.txt" ;;
     memory)    cargo bench --bench memory 2>&1 | tee "$out/memory.txt" ;;
     reload)    cargo bench --bench reload 2>&1 | tee "$out/reload.txt" ;;
+    adaptive)  cargo bench --bench adaptive 2>&1 | tee "$out/adaptive.txt" ;;
     redis)
       if have redis-server && have redis-benchmark; then
         cargo bench --bench redis 2>&1 | tee "$out/redis.txt"
@@ -64,7 +65,7 @@ for suite in "${suites[@]}"; do
       else
         echo "skipped: needs redis-server and redis-benchmark (apt-get install -y redis-server)"
       fi ;;
-    *) echo "unknown suite $suite (criterion envoy memory redis scale reload axum gateway config resp grpc)" >&2; exit 2 ;;
+    *) echo "unknown suite $suite (criterion envoy memory redis scale reload adaptive axum gateway config resp grpc)" >&2; exit 2 ;;
   esac
 done
 echo "== results in $out"
