@@ -285,8 +285,12 @@ where
                         rules,
                         index,
                         charge,
-                        permit,
+                        mut permit,
                     } = *parked;
+                    // Latency is the upstream's from here, not the store's or a queue's.
+                    if let Some(permit) = permit.as_mut() {
+                        permit.begin();
+                    }
                     let outcome = match rules.rule(index) {
                         Some(rule) => Outcome::new(result, rule, &rules),
                         None => Outcome::Admit(None),
@@ -323,8 +327,11 @@ where
                         request,
                         headers,
                         charge,
-                        permit,
+                        mut permit,
                     } = *held;
+                    if let Some(permit) = permit.as_mut() {
+                        permit.begin();
+                    }
                     state.set(State::Calling {
                         future: service.call(request),
                         headers: Some(headers),

@@ -139,11 +139,13 @@ where
             } => (index, decision, charge, permit),
             Plan::Busy => return ResponseFuture::rejected(busy(rules.response())),
             Plan::Queue { index, wait } => {
+                // A local queue waits max_delay; a shared store's answer is bounded by its
+                // own timeout, so the minute here never runs out first.
                 let max_wait = rules
                     .rule(index)
                     .and_then(|rule| rule.shaping())
                     .and_then(|shaping| shaping.delay())
-                    .map_or(std::time::Duration::ZERO, |delay| delay.max());
+                    .map_or(std::time::Duration::from_secs(60), |delay| delay.max());
                 let fresh = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, fresh);
                 let rules: Arc<RuleSet> = arc_swap::Guard::into_inner(rules);

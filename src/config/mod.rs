@@ -41,6 +41,7 @@ pub use gateway::{GatewaySettings, parse_upstream};
 pub use raw::{HeaderStyle, Per};
 pub use reload::{ReloadSettings, RemoteHeader};
 pub use response::{BodyTemplate, ResponseSettings};
+pub(crate) use rule::RuleCounters;
 pub use rule::{Limit, Origin, Rule, RuleId, StatusSet};
 pub use rule_set::RuleSet;
 pub use source::{MAX_CONFIG_BYTES, Validator};

@@ -63,6 +63,7 @@ pub(crate) struct RawStore {
     pub(crate) breaker_cooldown: Option<Spanned<String>>,
     pub(crate) sync: Option<Spanned<String>>,
     pub(crate) sync_interval: Option<Spanned<String>>,
+    pub(crate) concurrency_lease: Option<Spanned<String>>,
 }
 
 /// `[gateway]`: settings of the example gateway, validated with the rest.

@@ -120,6 +120,10 @@ pub struct RedisSettings {
     /// the time one lease covers — a bucket leases at most one `sync_interval`'s worth of
     /// its rate at a time across all instances (`sync_interval`, default 100 ms).
     pub sync_interval: Duration,
+    /// How long a shared concurrency slot outlives its gateway: leases are renewed while
+    /// their request is in flight, so a gateway that dies gives its slots back within this
+    /// (`concurrency_lease`, default 10 s).
+    pub concurrency_lease: Duration,
 }
 
 impl StoreSettings {
@@ -157,6 +161,7 @@ impl Default for RedisSettings {
             breaker_cooldown: Duration::from_millis(500),
             sync: SyncMode::Remote,
             sync_interval: Duration::from_millis(100),
+            concurrency_lease: Duration::from_secs(10),
         }
     }
 }
@@ -349,16 +354,39 @@ impl StoreSettings {
                 )),
             }
         }
-        if let Some(text) = &raw.sync_interval
-            && let Some(d) = duration("sync_interval", text, out)
-        {
-            if (Duration::from_millis(1)..=Duration::from_secs(10)).contains(&d) {
-                redis.sync_interval = d;
+        // Durations with bounds: (field, value, lowest, highest, how the bounds read).
+        let bounded = [
+            (
+                "concurrency_lease",
+                &raw.concurrency_lease,
+                Duration::from_millis(300),
+                Duration::from_secs(3600),
+                "300ms and 1h",
+                &mut redis.concurrency_lease,
+            ),
+            (
+                "sync_interval",
+                &raw.sync_interval,
+                Duration::from_millis(1),
+                Duration::from_secs(10),
+                "1ms and 10s",
+                &mut redis.sync_interval,
+            ),
+        ];
+        for (field, text, low, high, bounds, target) in bounded {
+            let Some(text) = text else {
+                continue;
+            };
+            let Some(d) = duration(field, text, out) else {
+                continue;
+            };
+            if (low..=high).contains(&d) {
+                *target = d;
             } else {
                 out.push(source.at(
                     text.span(),
                     format!(
-                        "sync_interval must be between 1ms and 10s, found \"{}\"",
+                        "{field} must be between {bounds}, found \"{}\"",
                         text.get_ref()
                     ),
                 ));
@@ -406,6 +434,9 @@ mod tests {
         let plain = settings("backend = \"redis\"").unwrap();
         assert_eq!(plain.redis.sync, super::SyncMode::Remote);
         assert_eq!(plain.redis.sync_interval, Duration::from_millis(100));
+        assert_eq!(plain.redis.concurrency_lease, Duration::from_secs(10));
+        let leased = settings("backend = \"redis\"\nconcurrency_lease = \"2s\"").unwrap();
+        assert_eq!(leased.redis.concurrency_lease, Duration::from_secs(2));
 
         for (text, expected) in [
             (
@@ -419,6 +450,10 @@ mod tests {
             (
                 "backend = \"redis\"\nsync_interval = \"1h\"",
                 "<inline>:3:17: sync_interval must be between 1ms and 10s",
+            ),
+            (
+                "backend = \"redis\"\nconcurrency_lease = \"10ms\"",
+                "<inline>:3:21: concurrency_lease must be between 300ms and 1h, found \"10ms\"",
             ),
         ] {
             let error = settings(text).unwrap_err().to_string();

@@ -10,9 +10,12 @@ use std::task::{Context, Poll};
 use parking_lot::Mutex;
 
 use super::Limits;
-use crate::concurrency::{Acquired, Concurrency, Controller, Permit, Sampler, SlotKey, SlotWait};
-use crate::config::{Per, Rule, RuleId};
+use crate::concurrency::{
+    Acquired, Concurrency, Controller, InFlight, Permit, Sampler, SlotKey, SlotWait,
+};
+use crate::config::{Per, Rule, RuleCounters, RuleId};
 use crate::key::Client;
+use crate::store::{BucketRef, SlotFuture, Store};
 
 /// Each adaptive rule's controller, by rule id: it outlives reloads that keep the rule.
 pub(super) type Controllers = Mutex<HashMap<RuleId, Arc<Mutex<Controller>>>>;
@@ -29,8 +32,9 @@ pub(crate) enum Entry {
     Full,
 }
 
-impl<St> Limits<St> {
-    /// Takes a slot for a request of `client` under `rule`'s concurrency cap.
+impl<St: Store> Limits<St> {
+    /// Takes a slot for a request of `client` under `rule`'s concurrency cap: from the
+    /// store when it shares caps between instances (Redis), else from this process's table.
     pub(crate) fn enter(&self, rule: &Rule, client: &Client<'_>) -> Entry {
         let Some(cap) = rule.concurrency() else {
             return Entry::Free;
@@ -40,11 +44,24 @@ impl<St> Limits<St> {
         };
         let (key, limit, controller) = match cap {
             Concurrency::Fixed(n) => {
-                let client = (rule.per() == Some(Per::Client)).then(|| client.clone().into_owned());
+                let per_client = rule.per() == Some(Per::Client);
+                let bucket = BucketRef {
+                    rule: rule.id(),
+                    client: per_client.then_some(client),
+                };
+                let client = per_client.then(|| client.clone().into_owned());
                 let key = SlotKey {
                     rule: rule.id().get(),
                     client,
                 };
+                if let Some(future) = self.shared.store.acquire_slot(bucket, n) {
+                    return Entry::Queued(QueuedPermit::Shared {
+                        future,
+                        gauge: counters.in_flight.clone(),
+                        fallback: Some((Arc::clone(&self.shared.in_flight), key, n)),
+                        refused: rule.counters().cloned(),
+                    });
+                }
                 (key, n, None)
             }
             Concurrency::Adaptive(settings) => {
@@ -73,7 +90,7 @@ impl<St> Limits<St> {
             .acquire(key, limit, may_wait, in_flight)
         {
             Acquired::Now(slot) => Entry::Now(Permit::new(slot, sampler(controller))),
-            Acquired::Queued(wait) => Entry::Queued(QueuedPermit {
+            Acquired::Queued(wait) => Entry::Queued(QueuedPermit::Local {
                 wait,
                 controller,
                 clock: Arc::clone(&self.shared.clock),
@@ -132,26 +149,82 @@ impl<St> Limits<St> {
     }
 }
 
-/// A place in a concurrency queue, resolving to the [`Permit`] (`None`: the queue went
-/// away, as when the table is dropped).
-pub(crate) struct QueuedPermit {
-    wait: SlotWait,
-    controller: Option<Arc<Mutex<Controller>>>,
-    clock: Arc<dyn crate::clock::Clock>,
-    limit_gauge: metrics::Gauge,
+/// A slot on its way, resolving to the [`Permit`] (`None`: none came — the cap is reached
+/// in the shared store, or the queue went away).
+pub(crate) enum QueuedPermit {
+    /// A place in this process's queue.
+    Local {
+        wait: SlotWait,
+        controller: Option<Arc<Mutex<Controller>>>,
+        clock: Arc<dyn crate::clock::Clock>,
+        limit_gauge: metrics::Gauge,
+    },
+    /// A slot asked of the shared store; if the store cannot answer, the cap is kept in
+    /// this process's table meanwhile (`fallback`).
+    Shared {
+        future: SlotFuture,
+        gauge: metrics::Gauge,
+        fallback: Option<(Arc<InFlight>, SlotKey, u32)>,
+        refused: Option<RuleCounters>,
+    },
 }
 
 impl Future for QueuedPermit {
     type Output = Option<Permit>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Permit>> {
-        let slot = std::task::ready!(Pin::new(&mut self.wait).poll(cx));
-        let sampler = self.controller.take().map(|controller| Sampler {
-            controller,
-            clock: Arc::clone(&self.clock),
-            started: self.clock.now().as_unix_nanos(),
-            limit_gauge: self.limit_gauge.clone(),
-        });
-        Poll::Ready(slot.map(|slot| Permit::new(slot, sampler)))
+        match &mut *self {
+            QueuedPermit::Local {
+                wait,
+                controller,
+                clock,
+                limit_gauge,
+            } => {
+                let slot = std::task::ready!(Pin::new(wait).poll(cx));
+                let sampler = controller.take().map(|controller| Sampler {
+                    controller,
+                    clock: Arc::clone(clock),
+                    started: clock.now().as_unix_nanos(),
+                    limit_gauge: limit_gauge.clone(),
+                });
+                Poll::Ready(slot.map(|slot| Permit::new(slot, sampler)))
+            }
+            QueuedPermit::Shared {
+                future,
+                gauge,
+                fallback,
+                refused,
+            } => {
+                let result = std::task::ready!(future.as_mut().poll(cx));
+                let permit = match result {
+                    Ok(Some(slot)) => {
+                        let in_flight = slot.in_flight();
+                        Some(Permit::shared(slot.into_guard(), in_flight, gauge.clone()))
+                    }
+                    Ok(None) => None,
+                    Err(error) => {
+                        tracing::debug!(%error, "shared concurrency slot unavailable; kept locally");
+                        match fallback.take() {
+                            Some((table, key, limit)) => {
+                                match table.acquire(key, limit, false, gauge.clone()) {
+                                    Acquired::Now(slot) => Some(Permit::new(slot, None)),
+                                    Acquired::Queued(_) | Acquired::Full => None,
+                                }
+                            }
+                            None => None,
+                        }
+                    }
+                };
+                if permit.is_none()
+                    && let Some(counters) = refused.take()
+                {
+                    counters.limited.increment(1);
+                    if let Some(c) = &counters.concurrency {
+                        c.refused.increment(1);
+                    }
+                }
+                Poll::Ready(permit)
+            }
+        }
     }
 }

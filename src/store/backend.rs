@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckRequest, ManyFuture, MemoryStore, RuleId,
-    SnapshotError, Store, StoreError,
+    SlotFuture, SnapshotError, Store, StoreError,
 };
 use crate::clock::Timestamp;
 use crate::config::{Backend, RuleSet};
@@ -114,6 +114,15 @@ impl Store for BackendStore {
 
     fn forget(&self, rules: &[RuleId]) {
         self.memory.forget(rules);
+    }
+
+    fn acquire_slot(&self, bucket: BucketRef<'_>, limit: u32) -> Option<SlotFuture> {
+        #[cfg(feature = "redis")]
+        if let Some(redis) = self.redis.get() {
+            return redis.acquire_slot(bucket, limit);
+        }
+        let _ = (bucket, limit);
+        None
     }
 
     fn configure(&self, rules: &RuleSet) {

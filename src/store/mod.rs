@@ -97,6 +97,45 @@ pub struct CheckRequest<'a> {
     pub mode: CheckMode,
 }
 
+/// A concurrency slot held in a store shared with other instances (a lease in Redis):
+/// dropping it gives the slot back.
+pub struct SharedSlot {
+    in_flight: u32,
+    _guard: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl SharedSlot {
+    /// A slot released when `guard` is dropped; `in_flight` in its bucket, itself included.
+    pub fn new(in_flight: u32, guard: Box<dyn std::any::Any + Send + Sync>) -> SharedSlot {
+        SharedSlot {
+            in_flight,
+            _guard: guard,
+        }
+    }
+
+    /// Requests in flight in the bucket when the slot was taken, everywhere, this one
+    /// included.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// The guard, whose drop releases the slot.
+    pub fn into_guard(self) -> Box<dyn std::any::Any + Send + Sync> {
+        self._guard
+    }
+}
+
+impl std::fmt::Debug for SharedSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedSlot")
+            .field("in_flight", &self.in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A shared slot on its way: `Ok(None)` when the cap is reached.
+pub type SlotFuture = Pin<Box<dyn Future<Output = Result<Option<SharedSlot>, StoreError>> + Send>>;
+
 /// A store could not decide (a network backend's failure; the in-memory store never fails).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -201,5 +240,13 @@ pub trait Store: Send + Sync + 'static {
     fn remove(&self, bucket: BucketRef<'_>) -> AdminFuture<bool> {
         let _ = bucket;
         Box::pin(std::future::ready(Ok(false)))
+    }
+
+    /// Takes one of `limit` slots of `bucket`'s concurrency cap, shared with the other
+    /// instances using this store. `None`: this store shares no caps, and the caller keeps
+    /// them in this process (the default).
+    fn acquire_slot(&self, bucket: BucketRef<'_>, limit: u32) -> Option<SlotFuture> {
+        let _ = (bucket, limit);
+        None
     }
 }

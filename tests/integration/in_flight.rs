@@ -357,3 +357,95 @@ async fn an_adaptive_cap_in_front_of_an_overloaded_upstream_keeps_latency_and_go
     assert!(metrics.contains("tollgate_concurrency_refused_total{rule=\"/\"}"));
     assert!(metrics.contains("tollgate_in_flight{rule=\"/\"}"));
 }
+
+/// The layer over gated bodies, deciding with `limits` (any store).
+fn layered_with<St: tollgate::store::Store>(
+    limits: &Limits<St>,
+    gate: &Arc<Semaphore>,
+) -> tower::util::BoxCloneSyncService<
+    Request<()>,
+    Response<tollgate::body::ResponseBody<Gated>>,
+    Infallible,
+> {
+    let gate = Arc::clone(gate);
+    let inner = tower::service_fn(move |_: Request<()>| {
+        let body = Gated {
+            first: Some(Bytes::from_static(b"part")),
+            gate: Arc::clone(&gate),
+        };
+        async move { Ok::<_, Infallible>(Response::new(body)) }
+    });
+    tower::util::BoxCloneSyncService::new(
+        tower::ServiceBuilder::new()
+            .layer(RateLimitLayer::new(limits.clone()))
+            .service(inner),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_share_a_cap_through_redis_and_a_dead_ones_slots_come_back() {
+    let Some(server) = crate::support::redis::RedisServer::start("shared concurrency cap") else {
+        return;
+    };
+    let toml = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"cap:\"\nconcurrency_lease = \"1s\"\n\
+         [limits]\nupload = {{ concurrency = 2 }}\n",
+        server.url()
+    );
+    let build = || {
+        tollgate::Limits::builder()
+            .store(tollgate::store::BackendStore::new())
+            .from_toml(&toml)
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    let gate = Arc::new(Semaphore::new(0));
+    let (on_a, on_b) = (layered_with(&a, &gate), layered_with(&b, &gate));
+    let first = on_a.clone().oneshot(request("192.0.2.1")).await.unwrap();
+    let second = on_a.clone().oneshot(request("192.0.2.1")).await.unwrap();
+    assert_eq!(
+        (first.status(), second.status()),
+        (StatusCode::OK, StatusCode::OK)
+    );
+    // The other gateway sees the same two slots taken.
+    let refused = on_b.clone().oneshot(request("192.0.2.1")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    // A finishes one: B gets it (the release travels in the background).
+    gate.add_permits(1);
+    first.into_body().collect().await.unwrap();
+    let mut taken = None;
+    for _ in 0..50 {
+        let response = on_b.clone().oneshot(request("192.0.2.1")).await.unwrap();
+        if response.status() == StatusCode::OK {
+            taken = Some(response);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let on_b_held = taken.expect("the slot A gave back reached B");
+    // A dies holding its other slot: no release, no renewal.
+    std::mem::forget(second);
+    drop((on_a, a));
+    let full = on_b.clone().oneshot(request("192.0.2.1")).await.unwrap();
+    assert_eq!(
+        full.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "A's slot is still leased"
+    );
+    // Within the lease time (1 s) it comes back; B's own slot, renewed, stays taken.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let back = on_b.clone().oneshot(request("192.0.2.1")).await.unwrap();
+    assert_eq!(
+        back.status(),
+        StatusCode::OK,
+        "the dead gateway's slot came back"
+    );
+    let over = on_b.clone().oneshot(request("192.0.2.1")).await.unwrap();
+    assert_eq!(
+        over.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "B's renewed slot is still held"
+    );
+    drop((on_b_held, back));
+}

@@ -64,7 +64,9 @@
 //! ```
 
 mod breaker;
+mod held;
 mod hybrid;
+mod inflight;
 mod keys;
 mod leases;
 mod listing;
@@ -82,6 +84,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
+use self::held::HeldLeases;
 use self::hybrid::Hybrid;
 use self::keys::RuleKeys;
 use self::listing::list;
@@ -90,7 +93,7 @@ use self::script::{decision_from, script_args};
 use self::shards::{Shard, Shards};
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, MemoryStore, RuleId,
-    Store, StoreError,
+    SlotFuture, Store, StoreError,
 };
 use crate::Quota;
 use crate::algorithm::Algorithm;
@@ -131,6 +134,8 @@ struct Inner {
     local: MemoryStore,
     /// Hybrid mode's leases and settlements (`[store] sync = "local"`).
     hybrid: Hybrid,
+    /// Shared concurrency slots this instance holds.
+    leases: HeldLeases,
     caller_time: AtomicBool,
     fallbacks: metrics::Counter,
     /// The monotonic clock failures are logged and the shard table refreshed by.
@@ -188,6 +193,7 @@ impl RedisStore {
                 shards,
                 local: MemoryStore::new(),
                 hybrid: Hybrid::new(),
+                leases: HeldLeases::new(),
                 caller_time: AtomicBool::new(false),
                 fallbacks: metrics::counter!("tollgate_backend_fallbacks_total"),
                 started: Instant::now(),
@@ -398,6 +404,17 @@ impl Inner {
 
 impl Store for RedisStore {
     type Future = RedisFuture;
+
+    fn acquire_slot(&self, bucket: BucketRef<'_>, limit: u32) -> Option<SlotFuture> {
+        tokio::runtime::Handle::try_current().ok()?;
+        let settings = self.inner.settings.load();
+        let key = self
+            .inner
+            .rules
+            .load()
+            .bucket_key(&settings.key_prefix, bucket)?;
+        Some(self.inner.acquire_slot(&key, limit))
+    }
 
     fn check(&self, request: CheckRequest<'_>) -> RedisFuture {
         // Caller-defined buckets' arithmetic is not in the script: they stay local.

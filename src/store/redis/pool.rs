@@ -80,6 +80,8 @@ pub(super) struct Pool {
     connections: tokio::sync::OnceCell<Connections>,
     turn: AtomicUsize,
     script: redis::Script,
+    /// Shared concurrency slots (`slots.lua`), loaded on first use.
+    slots: redis::Script,
 }
 
 impl Pool {
@@ -109,6 +111,7 @@ impl Pool {
             connections: tokio::sync::OnceCell::new(),
             turn: AtomicUsize::new(0),
             script: redis::Script::new(SCRIPT),
+            slots: redis::Script::new(include_str!("slots.lua")),
         }
     }
 
@@ -180,8 +183,28 @@ impl Pool {
         key: &str,
         args: &[String],
     ) -> redis::RedisResult<Vec<i64>> {
+        self.invoke(&self.script, settings, key, args).await
+    }
+
+    /// One call of the shared-slots script on `key` (see `slots.lua`).
+    pub(super) async fn slots(
+        &self,
+        settings: &RedisSettings,
+        key: &str,
+        args: &[String],
+    ) -> redis::RedisResult<Vec<i64>> {
+        self.invoke(&self.slots, settings, key, args).await
+    }
+
+    async fn invoke(
+        &self,
+        script: &redis::Script,
+        settings: &RedisSettings,
+        key: &str,
+        args: &[String],
+    ) -> redis::RedisResult<Vec<i64>> {
         let mut connection = self.connection(settings).await?;
-        let mut invocation = self.script.prepare_invoke();
+        let mut invocation = script.prepare_invoke();
         invocation.key(key);
         for arg in args {
             invocation.arg(arg.as_str());
