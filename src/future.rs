@@ -181,7 +181,7 @@ where
 
     /// Waits for a slot (at most `max_wait`), then decides the rate and calls `service`.
     pub(crate) fn queued(
-        permit: QueuedPermit,
+        permit: Box<QueuedPermit>,
         max_wait: std::time::Duration,
         service: S,
         request: Request<B>,
@@ -192,7 +192,7 @@ where
         ResponseFuture {
             state: State::Queued {
                 waiting: Box::pin(Waiting {
-                    permit,
+                    permit: *permit,
                     timer: tokio::time::sleep(max_wait),
                 }),
                 queued: Some(Box::new(QueuedRequest {

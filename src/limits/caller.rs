@@ -104,7 +104,7 @@ impl<St: Store> Limits<St> {
             cost: take,
             algorithm: Algorithm::DiscreteRefill,
             strict: options.strict,
-            shaping: crate::Shaping::NONE,
+            shaping: &crate::Shaping::NONE,
             now,
             mode,
         })

@@ -28,9 +28,13 @@ pub(crate) enum Plan<F> {
     },
     /// The rule's concurrency cap is reached: refuse at once.
     Busy,
-    /// The cap is reached and the rule may wait (`on_limit = "delay"`): the slot comes
-    /// in arrival order, then the rate is checked ([`Limits::plan_after_slot`]).
-    Queue { index: usize, wait: QueuedPermit },
+    /// The cap is reached and the rule may wait (`on_limit = "delay"`), or the slot is
+    /// asked of a shared store: it comes later, then the rate is checked
+    /// ([`Limits::plan_after_slot`]). Boxed: the common plans stay small.
+    Queue {
+        index: usize,
+        wait: Box<QueuedPermit>,
+    },
 }
 
 /// What a `count_status` request will be charged, if its response counts.
@@ -196,7 +200,12 @@ impl<St: Store> Limits<St> {
             match self.enter(rule, &client) {
                 Entry::Free => None,
                 Entry::Now(permit) => Some(Box::new(permit)),
-                Entry::Queued(wait) => return Plan::Queue { index, wait },
+                Entry::Queued(wait) => {
+                    return Plan::Queue {
+                        index,
+                        wait: Box::new(wait),
+                    };
+                }
                 Entry::Full => return Plan::Busy,
             }
         } else {
@@ -285,7 +294,7 @@ impl<St: Store> Limits<St> {
             mode,
             algorithm: *algorithm,
             strict: *strict,
-            shaping: *shaping,
+            shaping,
         }))
     }
 }

@@ -197,7 +197,7 @@ fn request<'a>(entry: &'a Limited<'_>, now: Timestamp) -> Option<CheckRequest<'a
         cost: entry.cost,
         algorithm: *algorithm,
         strict: *strict,
-        shaping: *shaping,
+        shaping,
         now,
         mode: CheckMode::Consume,
     })

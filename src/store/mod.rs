@@ -22,7 +22,7 @@
 //!     cost: 1,
 //!     algorithm: tollgate::Algorithm::Gcra,
 //!     strict: false,
-//!     shaping: tollgate::Shaping::NONE,
+//!     shaping: &tollgate::Shaping::NONE,
 //!     now: FakeClock::new().now(),
 //!     mode: CheckMode::Consume,
 //! };
@@ -89,8 +89,8 @@ pub struct CheckRequest<'a> {
     pub algorithm: Algorithm,
     /// Whether refused requests hold the refill back.
     pub strict: bool,
-    /// Delay and warm-up (token-bucket rules only); [`Shaping::NONE`] for plain limits.
-    pub shaping: Shaping,
+    /// Delay and warm-up (token-bucket rules only); `&Shaping::NONE` for plain limits.
+    pub shaping: &'a Shaping,
     /// The one reading of the clock this decision is made at.
     pub now: Timestamp,
     /// Consume or peek.

@@ -84,7 +84,7 @@ impl MemoryStore {
                     mode: CheckMode::Peek,
                     algorithm,
                     strict: false,
-                    shaping: crate::Shaping::NONE,
+                    shaping: &crate::Shaping::NONE,
                 };
                 let decision = state.decide(&peek, now);
                 let capacity = decision.limit().max(1);

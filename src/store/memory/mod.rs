@@ -162,7 +162,7 @@ impl MemoryStore {
     ///     cost: 1,
     ///     algorithm: tollgate::Algorithm::Gcra,
     ///     strict: false,
-    ///     shaping: tollgate::Shaping::NONE,
+    ///     shaping: &tollgate::Shaping::NONE,
     ///     now: FakeClock::new().now(),
     ///     mode: CheckMode::Consume,
     /// };
@@ -493,7 +493,7 @@ mod tests {
             mode: CheckMode::Consume,
             algorithm: Algorithm::Gcra,
             strict: false,
-            shaping: crate::Shaping::NONE,
+            shaping: &crate::Shaping::NONE,
         })
     }
 
@@ -770,7 +770,7 @@ mod tests {
             mode: CheckMode::Peek,
             algorithm: Algorithm::Gcra,
             strict: false,
-            shaping: crate::Shaping::NONE,
+            shaping: &crate::Shaping::NONE,
         });
         assert!(store.is_empty());
     }

@@ -393,7 +393,7 @@ impl State {
                         now,
                         request.mode,
                         request.strict,
-                        &request.shaping,
+                        request.shaping,
                     );
                     words[0] = state.tat;
                     words[1] = state.stored.to_bits();
@@ -483,6 +483,6 @@ pub(super) fn decide_gcra(tats: &mut [u64], request: &CheckRequest<'_>, now: u64
         now,
         request.mode,
         request.strict,
-        &request.shaping,
+        request.shaping,
     )
 }

@@ -342,7 +342,7 @@ mod tests {
             cost: 1,
             algorithm: Algorithm::Gcra,
             strict: false,
-            shaping: crate::Shaping::NONE,
+            shaping: &crate::Shaping::NONE,
             now: Timestamp::from_unix_nanos(1_000_000_000_000 + at_ms * 1_000_000),
             mode: CheckMode::Consume,
         }

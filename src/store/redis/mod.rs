@@ -294,7 +294,7 @@ impl OwnedRequest {
             cost: request.cost,
             algorithm: request.algorithm,
             strict: request.strict,
-            shaping: request.shaping,
+            shaping: *request.shaping,
             now: request.now,
             mode: request.mode,
         }
@@ -310,7 +310,7 @@ impl OwnedRequest {
             cost: self.cost,
             algorithm: self.algorithm,
             strict: self.strict,
-            shaping: self.shaping,
+            shaping: &self.shaping,
             now: self.now,
             mode: self.mode,
         }
@@ -447,7 +447,7 @@ impl Store for RedisStore {
         // schedule against this instance's view alone.
         if settings.sync == SyncMode::Local
             && request.algorithm == Algorithm::Gcra
-            && request.shaping == crate::Shaping::NONE
+            && *request.shaping == crate::Shaping::NONE
             && matches!(request.mode, CheckMode::Consume | CheckMode::Peek)
         {
             return inner.check_hybrid(&request, key, settings, shard);
@@ -469,7 +469,7 @@ impl Store for RedisStore {
             request.strict,
             request.algorithm,
             request.quotas,
-            &request.shaping,
+            request.shaping,
         );
         let held = matches!(request.mode, CheckMode::Consume | CheckMode::Session);
         Box::pin(async move {

@@ -142,7 +142,7 @@ impl Inner {
                 request.strict,
                 request.algorithm,
                 request.quotas,
-                &request.shaping,
+                request.shaping,
             )
         } else {
             let peers = hybrid.peers();
