@@ -34,9 +34,15 @@ fn installed() -> bool {
 fn free_cluster_port() -> u16 {
     static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     let mut handed_out = HANDED_OUT.lock().unwrap();
-    let offset = u16::try_from(std::process::id() % 3_000).unwrap_or(0) * 7;
-    let port = (0..25_000u16)
-        .map(|i| 20_000 + (offset + i) % 25_000)
+    // Below Linux's ephemeral range (32768 and up), bus ports (+10000) included: a port
+    // found free here cannot be taken by some test's outgoing connection before the node
+    // binds it, which once left a node unable to start while other tests opened hundreds
+    // of connections.
+    const FIRST: u16 = 20_000;
+    const SPAN: u16 = 32_768 - 10_000 - FIRST;
+    let offset = u16::try_from(std::process::id() % 397).unwrap_or(0) * 7;
+    let port = (0..SPAN)
+        .map(|i| FIRST + (offset + i) % SPAN)
         .find(|&port| {
             !handed_out.contains(&port)
                 && TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
