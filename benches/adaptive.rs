@@ -17,15 +17,19 @@
     missing_docs
 )]
 
-use std::sync::Arc;
+#[allow(dead_code, unreachable_pub)]
+#[path = "../tests/integration/support/upstream.rs"]
+mod upstream;
+
 use std::time::{Duration, Instant};
+
+use upstream::quantile;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tokio::sync::Semaphore;
 
 const WORKERS: usize = 8;
 const SERVICE_MS: u64 = 20;
@@ -35,30 +39,6 @@ fn env(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-async fn upstream() -> std::net::SocketAddr {
-    let gate = Arc::new(Semaphore::new(WORKERS));
-    let app = axum::Router::new().fallback(move || {
-        let gate = Arc::clone(&gate);
-        async move {
-            let Ok(_worker) = gate.acquire().await else {
-                return StatusCode::SERVICE_UNAVAILABLE;
-            };
-            tokio::time::sleep(Duration::from_millis(SERVICE_MS)).await;
-            StatusCode::OK
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    address
-}
-
-fn quantile(values: &mut [Duration], q: f64) -> Duration {
-    values.sort_unstable();
-    let at = ((values.len() as f64 * q) as usize).min(values.len().saturating_sub(1));
-    values.get(at).copied().unwrap_or_default()
 }
 
 async fn run(name: &str, rule: &str, upstream: std::net::SocketAddr, seconds: u64) {
@@ -71,59 +51,20 @@ async fn run(name: &str, rule: &str, upstream: std::net::SocketAddr, seconds: u6
     options.upstream = Some(format!("http://{upstream}").parse().unwrap());
     let gateway = tollgate::gateway::Gateway::start(options).await.unwrap();
     let proxy = gateway.listen_addr();
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let rate = 3 * WORKERS as u64 * 1_000 / SERVICE_MS;
-    let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / rate));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    // Bounded in count and time: `rate × seconds` requests, each with a 30 s timeout.
-    while started.elapsed() < Duration::from_secs(seconds) {
-        tick.tick().await;
-        let client = client.clone();
-        let sent = Instant::now();
-        tasks.push(tokio::spawn(async move {
-            let request = Request::get(format!("http://{proxy}/work"))
-                .body(Empty::new())
-                .unwrap();
-            let answer = tokio::time::timeout(Duration::from_secs(30), async {
-                let response = client.request(request).await.ok()?;
-                let status = response.status();
-                response.into_body().collect().await.ok()?;
-                Some(status)
-            })
-            .await;
-            let status = answer.ok().flatten().unwrap_or(StatusCode::GATEWAY_TIMEOUT);
-            (sent - started, status, sent.elapsed())
-        }));
-    }
-    let mut results = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        results.push(task.await.unwrap());
-    }
-    let judged: Vec<_> = results
-        .iter()
-        .filter(|(at, ..)| *at >= Duration::from_secs(2))
-        .collect();
+    let results = upstream::open_loop(proxy, rate, Duration::from_secs(seconds)).await;
+    let from = Duration::from_secs(2);
     let window = (seconds - 2) as f64;
-    let mut ok: Vec<Duration> = judged
-        .iter()
-        .filter(|(_, s, _)| *s == StatusCode::OK)
-        .map(|(.., t)| *t)
-        .collect();
-    let mut refused: Vec<Duration> = judged
-        .iter()
-        .filter(|(_, s, _)| *s == StatusCode::TOO_MANY_REQUESTS)
-        .map(|(.., t)| *t)
-        .collect();
-    let failed = judged.len() - ok.len() - refused.len();
+    let judged = results.iter().filter(|sent| sent.at >= from).count();
+    let mut ok = upstream::latencies(&results, from, StatusCode::OK);
+    let mut refused = upstream::latencies(&results, from, StatusCode::TOO_MANY_REQUESTS);
+    let failed = judged - ok.len() - refused.len();
     // Goodput: successful responses that *arrived* in the judged window, per second.
     let arrived = results
         .iter()
-        .filter(|(at, status, took)| {
-            let done = *at + *took;
-            *status == StatusCode::OK
-                && done >= Duration::from_secs(2)
-                && done < Duration::from_secs(seconds)
+        .filter(|sent| {
+            let done = sent.at + sent.took;
+            sent.status == StatusCode::OK && done >= from && done < Duration::from_secs(seconds)
         })
         .count();
     let goodput = arrived as f64 / window;
@@ -144,7 +85,7 @@ async fn run(name: &str, rule: &str, upstream: std::net::SocketAddr, seconds: u6
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let seconds = env("SECONDS", 8).max(3);
-    let upstream = upstream().await;
+    let upstream = upstream::queueing(WORKERS, Duration::from_millis(SERVICE_MS)).await;
     // Unloaded: one request at a time straight to the upstream.
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let mut unloaded = Vec::new();

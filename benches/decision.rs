@@ -19,7 +19,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
 use governor::RateLimiter;
 use http::{Request, Response};
 use tollgate::key::PeerAddr;
@@ -119,34 +120,39 @@ fn governor_reference(c: &mut Criterion) {
     group.finish();
 }
 
+/// The full decision for `api/search` under `rule` (the inside of a TOML inline table),
+/// for one hot client and for 100,000 live clients, named `name/clients=N` in `group`.
+fn bench_rule(group: &mut BenchmarkGroup<'_, WallTime>, name: &str, rule: &str) {
+    let config = format!("[limits]\n\"/\" = \"{GENEROUS}\"\n\"api/search\" = {{ {rule} }}\n");
+    for clients in [1u32, 100_000] {
+        let limits = Limits::from_toml(&config).unwrap();
+        let mut request = request_from(client(0));
+        for i in 0..clients {
+            set_client(&mut request, client(i));
+            limits.check_request(&request).map(settle);
+        }
+        let id = BenchmarkId::from_parameter(format!("{name}/clients={clients}"));
+        group.bench_function(id, |b| {
+            let mut i = 0;
+            b.iter(|| {
+                i = (i + 1) % clients;
+                set_client(&mut request, client(i));
+                black_box(
+                    settle(limits.check_request(&request).unwrap())
+                        .unwrap()
+                        .allowed(),
+                )
+            })
+        });
+    }
+}
+
 /// Each algorithm's decision, one hot client and 100k live clients, same request path.
 fn algorithms(c: &mut Criterion) {
     let mut group = c.benchmark_group("algorithm");
     for algorithm in ["gcra", "sliding-window", "fixed-window"] {
-        let config = format!(
-            "[limits]\n\"/\" = \"{GENEROUS}\"\n\"api/search\" = {{ rate = \"{GENEROUS}\", algorithm = \"{algorithm}\" }}\n"
-        );
-        for clients in [1u32, 100_000] {
-            let limits = Limits::from_toml(&config).unwrap();
-            let mut request = request_from(client(0));
-            for i in 0..clients {
-                set_client(&mut request, client(i));
-                limits.check_request(&request).map(settle);
-            }
-            let id = BenchmarkId::from_parameter(format!("{algorithm}/clients={clients}"));
-            group.bench_function(id, |b| {
-                let mut i = 0;
-                b.iter(|| {
-                    i = (i + 1) % clients;
-                    set_client(&mut request, client(i));
-                    black_box(
-                        settle(limits.check_request(&request).unwrap())
-                            .unwrap()
-                            .allowed(),
-                    )
-                })
-            });
-        }
+        let rule = format!("rate = \"{GENEROUS}\", algorithm = \"{algorithm}\"");
+        bench_rule(&mut group, algorithm, &rule);
     }
     group.finish();
 }
@@ -172,28 +178,7 @@ fn shaped(c: &mut Criterion) {
         ),
     ];
     for (name, rule) in rules {
-        let config = format!("[limits]\n\"/\" = \"{GENEROUS}\"\n\"api/search\" = {{ {rule} }}\n");
-        for clients in [1u32, 100_000] {
-            let limits = Limits::from_toml(&config).unwrap();
-            let mut request = request_from(client(0));
-            for i in 0..clients {
-                set_client(&mut request, client(i));
-                limits.check_request(&request).map(settle);
-            }
-            let id = BenchmarkId::from_parameter(format!("{name}/clients={clients}"));
-            group.bench_function(id, |b| {
-                let mut i = 0;
-                b.iter(|| {
-                    i = (i + 1) % clients;
-                    set_client(&mut request, client(i));
-                    black_box(
-                        settle(limits.check_request(&request).unwrap())
-                            .unwrap()
-                            .allowed(),
-                    )
-                })
-            });
-        }
+        bench_rule(&mut group, name, rule);
     }
     group.finish();
 }

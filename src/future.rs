@@ -127,6 +127,24 @@ pub(crate) struct PendingCharge<St> {
 }
 
 impl<St: Store> PendingCharge<St> {
+    /// What a `count_status` request owes, settled later against the very rule set that
+    /// decided (the snapshot, not a fresh load a reload may have replaced).
+    pub(crate) fn boxed(
+        limits: &Limits<St>,
+        rules: &Arc<RuleSet>,
+        index: usize,
+        charge: Option<Charge>,
+    ) -> Option<Box<PendingCharge<St>>> {
+        charge.map(|charge| {
+            Box::new(PendingCharge {
+                limits: limits.clone(),
+                rules: Arc::clone(rules),
+                index,
+                charge,
+            })
+        })
+    }
+
     /// Starts the charge if `status` is one the rule counts.
     fn start(&self, status: http::StatusCode) -> Option<St::Future> {
         let rule = self.rules.rule(self.index)?;
@@ -206,6 +224,21 @@ where
         }
     }
 
+    /// Calls the ready `service` with `request` now: the one place a decided request is
+    /// passed on (and where an adaptive limit starts measuring the upstream).
+    fn calling(
+        mut service: S,
+        request: Request<B>,
+        headers: Option<RateLimitHeaders>,
+        charge: Option<Box<PendingCharge<St>>>,
+        mut permit: Option<Box<Permit>>,
+    ) -> Self {
+        if let Some(permit) = permit.as_mut() {
+            permit.begin();
+        }
+        Self::call(service.call(request), headers, charge, permit)
+    }
+
     /// Holds `request` for `delay`, then calls the ready `service` with it.
     pub(crate) fn holding(
         delay: std::time::Duration,
@@ -280,38 +313,26 @@ where
                         return Poll::Pending;
                     };
                     let Parked {
-                        mut service,
+                        service,
                         request,
                         rules,
                         index,
                         charge,
-                        mut permit,
+                        permit,
                     } = *parked;
-                    // Latency is the upstream's from here, not the store's or a queue's.
-                    if let Some(permit) = permit.as_mut() {
-                        permit.begin();
-                    }
                     let outcome = match rules.rule(index) {
                         Some(rule) => Outcome::new(result, rule, &rules),
                         None => Outcome::Admit(None),
                     };
                     match outcome {
-                        Outcome::Admit(headers) => state.set(State::Calling {
-                            future: service.call(request),
-                            headers,
-                            charge,
-                            permit,
-                        }),
-                        Outcome::Hold(delay, headers) => state.set(State::Holding {
-                            timer: Box::pin(tokio::time::sleep(delay)),
-                            held: Some(Box::new(Held {
-                                service,
-                                request,
-                                headers,
-                                charge,
-                                permit,
-                            })),
-                        }),
+                        Outcome::Admit(headers) => {
+                            state.set(
+                                Self::calling(service, request, headers, charge, permit).state,
+                            );
+                        }
+                        Outcome::Hold(delay, headers) => state.set(
+                            Self::holding(delay, service, request, headers, charge, permit).state,
+                        ),
                         Outcome::Reject(response) => {
                             return Poll::Ready(Ok(response.map(ResponseBody::rejection)));
                         }
@@ -323,21 +344,13 @@ where
                         return Poll::Pending;
                     };
                     let Held {
-                        mut service,
+                        service,
                         request,
                         headers,
                         charge,
-                        mut permit,
-                    } = *held;
-                    if let Some(permit) = permit.as_mut() {
-                        permit.begin();
-                    }
-                    state.set(State::Calling {
-                        future: service.call(request),
-                        headers: Some(headers),
-                        charge,
                         permit,
-                    });
+                    } = *held;
+                    state.set(Self::calling(service, request, Some(headers), charge, permit).state);
                 }
                 StateProj::Queued { waiting, queued } => {
                     let waiting = waiting.as_mut().project();
@@ -352,7 +365,7 @@ where
                         return Poll::Pending;
                     };
                     let QueuedRequest {
-                        mut service,
+                        service,
                         request,
                         limits,
                         rules,
@@ -361,10 +374,7 @@ where
                     let Some(permit) = permit else {
                         // No slot within max_delay: refused, as if the cap had been full.
                         if let Some(counters) = rules.rule(index).and_then(|r| r.counters()) {
-                            counters.limited.increment(1);
-                            if let Some(c) = &counters.concurrency {
-                                c.refused.increment(1);
-                            }
+                            counters.refused_for_concurrency();
                         }
                         let response = busy(rules.response());
                         return Poll::Ready(Ok(response.map(ResponseBody::rejection)));
@@ -376,32 +386,17 @@ where
                             permit,
                             ..
                         } => {
-                            let charge = charge.map(|charge| {
-                                Box::new(PendingCharge {
-                                    limits: limits.clone(),
-                                    rules: Arc::clone(&rules),
-                                    index,
-                                    charge,
-                                })
-                            });
-                            state.set(State::Deciding {
-                                decision,
-                                parked: Some(Box::new(Parked {
-                                    service,
-                                    request,
-                                    rules,
-                                    index,
-                                    charge,
-                                    permit,
-                                })),
-                            });
+                            let charge = PendingCharge::boxed(&limits, &rules, index, charge);
+                            state.set(
+                                Self::deciding(
+                                    decision, service, request, rules, index, charge, permit,
+                                )
+                                .state,
+                            );
                         }
-                        Plan::Pass(permit) => state.set(State::Calling {
-                            future: service.call(request),
-                            headers: None,
-                            charge: None,
-                            permit,
-                        }),
+                        Plan::Pass(permit) => {
+                            state.set(Self::calling(service, request, None, None, permit).state);
+                        }
                         // A rate check after a slot never asks for another slot.
                         Plan::Busy | Plan::Queue { .. } => {
                             let response = busy(rules.response());

@@ -155,16 +155,7 @@ where
                 );
             }
         };
-        // count_status rules settle after the response, against the very rule set that
-        // decided (the snapshot, not a fresh load a reload may have replaced).
-        let charge = charge.map(|charge| {
-            Box::new(PendingCharge {
-                limits: self.limits.clone(),
-                rules: Arc::clone(&rules),
-                index,
-                charge,
-            })
-        });
+        let charge = PendingCharge::boxed(&self.limits, &rules, index, charge);
         // Stores that answer at once (the in-memory one) are settled here, in place.
         let mut cx = Context::from_waker(Waker::noop());
         if let Poll::Ready(result) = Pin::new(&mut decision).poll(&mut cx) {

@@ -190,6 +190,11 @@ mod tests {
         Shaping::NONE.with_delay(crate::Delay::new(Duration::from_nanos(max), after))
     }
 
+    /// One request of cost 1 at `at` under `shaping`, consuming.
+    fn take(tats: &mut [u64], quotas: &[Quota], at: u64, shaping: &Shaping) -> Decision {
+        super::decide(tats, quotas, 1, at, CheckMode::Consume, false, shaping)
+    }
+
     #[test]
     fn a_delay_schedules_each_request_one_interval_after_the_last() {
         // 5/s, burst 1, max_delay 2 s: the first passes, then one every 200 ms, up to 2 s.
@@ -198,15 +203,7 @@ mod tests {
         let mut tats = [0];
         let waits: Vec<Option<u64>> = (0..16)
             .map(|_| {
-                let d = super::decide(
-                    &mut tats,
-                    &quotas,
-                    1,
-                    NOW,
-                    CheckMode::Consume,
-                    false,
-                    &shaping,
-                );
+                let d = take(&mut tats, &quotas, NOW, &shaping);
                 d.allowed().then(|| d.delay().as_millis() as u64)
             })
             .collect();
@@ -217,25 +214,9 @@ mod tests {
         );
         assert!(waits[11..].iter().all(Option::is_none), "{waits:?}");
         // A refusal took nothing: it names the time when one would be held at most 2 s.
-        let refused = super::decide(
-            &mut tats,
-            &quotas,
-            1,
-            NOW,
-            CheckMode::Consume,
-            false,
-            &shaping,
-        );
+        let refused = take(&mut tats, &quotas, NOW, &shaping);
         assert_eq!(refused.retry_after(), Duration::from_millis(200));
-        let later = super::decide(
-            &mut tats,
-            &quotas,
-            1,
-            NOW + SECOND / 5,
-            CheckMode::Consume,
-            false,
-            &shaping,
-        );
+        let later = take(&mut tats, &quotas, NOW + SECOND / 5, &shaping);
         assert!(later.allowed());
         assert_eq!(later.delay(), Duration::from_secs(2));
     }
@@ -247,17 +228,7 @@ mod tests {
         let shaping = delayed(SECOND, Some(2));
         let mut tats = [0];
         let waits: Vec<u128> = (0..20)
-            .map(|_| {
-                super::decide(
-                    &mut tats,
-                    &quotas,
-                    1,
-                    NOW,
-                    CheckMode::Consume,
-                    false,
-                    &shaping,
-                )
-            })
+            .map(|_| take(&mut tats, &quotas, NOW, &shaping))
             .take_while(Decision::allowed)
             .map(|d| d.delay().as_millis())
             .collect();
@@ -272,15 +243,7 @@ mod tests {
         let quotas = [quota("5/s", 1)];
         let shaping = delayed(SECOND, None);
         let mut tats = [0];
-        super::decide(
-            &mut tats,
-            &quotas,
-            1,
-            NOW,
-            CheckMode::Consume,
-            false,
-            &shaping,
-        );
+        take(&mut tats, &quotas, NOW, &shaping);
         let peek = super::decide(&mut tats, &quotas, 1, NOW, CheckMode::Peek, false, &shaping);
         assert!(peek.allowed());
         assert_eq!(peek.delay(), Duration::ZERO);
@@ -536,7 +499,7 @@ mod tests {
             let mut leaves = Vec::new();
             for gap in gaps {
                 now += gap;
-                let d = super::decide(&mut tats, &quotas, 1, now, CheckMode::Consume, false, &shaping);
+                let d = take(&mut tats, &quotas, now, &shaping);
                 if d.allowed() {
                     let wait = d.delay().as_nanos() as u64;
                     proptest::prop_assert!(wait <= max);

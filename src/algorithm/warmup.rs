@@ -191,6 +191,11 @@ mod tests {
         Quota::new(rate.parse().unwrap(), NonZeroU32::new(1).unwrap()).unwrap()
     }
 
+    /// One request of cost 1 at `at`, consuming, not strict.
+    fn take(state: &mut Warm, q: &Quota, ramp: &Ramp, at: u64, shaping: &Shaping) -> Decision {
+        decide(state, q, ramp, 1, at, CheckMode::Consume, false, shaping)
+    }
+
     /// 2 permits/s (T = 500 ms) warming up over 4 s: threshold 4, max 8, cold interval
     /// 1.5 s, by Guava's formulas.
     #[test]
@@ -221,16 +226,7 @@ mod tests {
         let mut admitted = Vec::new();
         let mut now = NOW;
         while admitted.len() < 8 {
-            let d = decide(
-                &mut state,
-                &q,
-                &ramp,
-                1,
-                now,
-                CheckMode::Consume,
-                false,
-                &Shaping::NONE,
-            );
+            let d = take(&mut state, &q, &ramp, now, &Shaping::NONE);
             if d.allowed() {
                 admitted.push(now);
             } else {
@@ -260,16 +256,7 @@ mod tests {
         let mut now = NOW;
         let mut gaps = Vec::new();
         while now < NOW + 35 * SECOND {
-            let d = decide(
-                &mut state,
-                &q,
-                &ramp,
-                1,
-                now,
-                CheckMode::Consume,
-                false,
-                &Shaping::NONE,
-            );
+            let d = take(&mut state, &q, &ramp, now, &Shaping::NONE);
             assert!(d.allowed(), "each request comes exactly when admitted");
             let next = state.tat;
             gaps.push((now - NOW, next - now));
@@ -322,24 +309,14 @@ mod tests {
             tat: NOW,
             stored: 0.0,
         };
-        let mode = CheckMode::Consume;
         // Warm: two requests half a second apart.
-        assert!(decide(&mut state, &q, &ramp, 1, NOW, mode, false, &Shaping::NONE).allowed());
+        assert!(take(&mut state, &q, &ramp, NOW, &Shaping::NONE).allowed());
         assert_eq!(state.tat, NOW + SECOND / 2);
         // Idle for the warm-up period: cold again, the next request costs 1.375 s.
         let later = NOW + SECOND / 2 + 4 * SECOND;
-        assert!(decide(&mut state, &q, &ramp, 1, later, mode, false, &Shaping::NONE).allowed());
+        assert!(take(&mut state, &q, &ramp, later, &Shaping::NONE).allowed());
         assert_eq!(state.tat - later, 1_375_000_000);
-        let refused = decide(
-            &mut state,
-            &q,
-            &ramp,
-            1,
-            later + SECOND,
-            mode,
-            false,
-            &Shaping::NONE,
-        );
+        let refused = take(&mut state, &q, &ramp, later + SECOND, &Shaping::NONE);
         assert!(!refused.allowed());
         assert_eq!(refused.retry_after(), Duration::from_millis(375));
     }
@@ -352,18 +329,9 @@ mod tests {
         let mut state = Warm::fresh(&ramp);
         let holds: Vec<u128> = (0..4)
             .map(|_| {
-                decide(
-                    &mut state,
-                    &q,
-                    &ramp,
-                    1,
-                    NOW,
-                    CheckMode::Consume,
-                    false,
-                    &shaping,
-                )
-                .delay()
-                .as_millis()
+                take(&mut state, &q, &ramp, NOW, &shaping)
+                    .delay()
+                    .as_millis()
             })
             .collect();
         // As Guava's acquire(): each waits for the previous one's (warm) cost.

@@ -428,6 +428,17 @@ fn compile_statuses(
     Some(StatusSet::new(codes, classes))
 }
 
+/// Compiles `text` as `limits.toml`, every problem on a line of its own: for tests.
+#[cfg(test)]
+pub(super) fn compile_for_test(text: &str) -> Result<RuleSet, String> {
+    RuleSet::compile(&[SourceText::new("limits.toml", text)], None).map_err(|d| {
+        d.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -439,14 +450,7 @@ mod tests {
     use crate::config::source::SourceText as Source;
     use crate::response::HeaderStyle;
 
-    fn compile(text: &str) -> Result<RuleSet, String> {
-        RuleSet::compile(&[Source::new("limits.toml", text)], None).map_err(|d| {
-            d.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-    }
+    use super::compile_for_test as compile;
 
     #[test]
     fn rule_keys_are_normalised() {

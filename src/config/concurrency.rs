@@ -117,18 +117,9 @@ fn fixed(n: i64) -> Option<Concurrency> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::RuleSet;
-    use crate::config::source::SourceText;
     use crate::{AdaptiveSettings, Concurrency};
 
-    fn compile(text: &str) -> Result<RuleSet, String> {
-        RuleSet::compile(&[SourceText::new("limits.toml", text)], None).map_err(|d| {
-            d.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-    }
+    use crate::config::compile::compile_for_test as compile;
 
     #[test]
     fn every_form_compiles() {

@@ -65,6 +65,17 @@ pub(crate) struct RuleCounters {
     pub(crate) concurrency: Option<ConcurrencyCounters>,
 }
 
+impl RuleCounters {
+    /// A request refused by the rule's concurrency cap: limited, and refused for
+    /// concurrency.
+    pub(crate) fn refused_for_concurrency(&self) {
+        self.limited.increment(1);
+        if let Some(concurrency) = &self.concurrency {
+            concurrency.refused.increment(1);
+        }
+    }
+}
+
 /// A concurrency cap's metrics: in flight now, the cap, and requests it refused.
 #[derive(Clone)]
 pub(crate) struct ConcurrencyCounters {

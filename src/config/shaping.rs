@@ -252,17 +252,9 @@ fn check_delay(
 
 #[cfg(test)]
 mod tests {
-    use crate::config::source::SourceText;
-    use crate::config::{Limit, RuleSet};
+    use crate::config::Limit;
 
-    fn compile(text: &str) -> Result<RuleSet, String> {
-        RuleSet::compile(&[SourceText::new("limits.toml", text)], None).map_err(|d| {
-            d.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-    }
+    use crate::config::compile::compile_for_test as compile;
 
     #[test]
     fn shaping_fields_compile_into_the_rule() {

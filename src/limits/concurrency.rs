@@ -103,9 +103,8 @@ impl<St: Store> Limits<St> {
                 Entry::Free
             }
             Acquired::Full => {
-                counters.refused.increment(1);
                 if let Some(c) = rule.counters() {
-                    c.limited.increment(1);
+                    c.refused_for_concurrency();
                 }
                 Entry::Full
             }
@@ -218,10 +217,7 @@ impl Future for QueuedPermit {
                 if permit.is_none()
                     && let Some(counters) = refused.take()
                 {
-                    counters.limited.increment(1);
-                    if let Some(c) = &counters.concurrency {
-                        c.refused.increment(1);
-                    }
+                    counters.refused_for_concurrency();
                 }
                 Poll::Ready(permit)
             }

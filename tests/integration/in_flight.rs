@@ -15,6 +15,8 @@ use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
 use tollgate::key::PeerAddr;
 use tollgate::{Limits, RateLimitLayer};
+
+use crate::support::upstream;
 use tower::ServiceExt;
 
 /// A body that sends one chunk and then waits for `gate` before ending.
@@ -79,9 +81,13 @@ type Layered = tower::util::BoxCloneSyncService<
     Infallible,
 >;
 
-/// The layer over a service answering with gated bodies; `calls` counts inner calls.
-fn layered(toml: &str, gate: &Arc<Semaphore>, calls: &Arc<AtomicUsize>) -> (Layered, Limits) {
-    let limits = Limits::from_toml(toml).unwrap();
+/// The layer over a service answering with gated bodies, deciding with `limits` (any
+/// store); `calls` counts inner calls.
+fn layered_with<St: tollgate::store::Store>(
+    limits: &Limits<St>,
+    gate: &Arc<Semaphore>,
+    calls: &Arc<AtomicUsize>,
+) -> Layered {
     let (gate, calls) = (Arc::clone(gate), Arc::clone(calls));
     let inner = tower::service_fn(move |_: Request<()>| {
         calls.fetch_add(1, Ordering::SeqCst);
@@ -91,10 +97,17 @@ fn layered(toml: &str, gate: &Arc<Semaphore>, calls: &Arc<AtomicUsize>) -> (Laye
         };
         async move { Ok::<_, Infallible>(Response::new(body)) }
     });
-    let service = tower::ServiceBuilder::new()
-        .layer(RateLimitLayer::new(limits.clone()))
-        .service(inner);
-    (Layered::new(service), limits)
+    Layered::new(
+        tower::ServiceBuilder::new()
+            .layer(RateLimitLayer::new(limits.clone()))
+            .service(inner),
+    )
+}
+
+/// The same over an in-memory limiter compiled from `toml`.
+fn layered(toml: &str, gate: &Arc<Semaphore>, calls: &Arc<AtomicUsize>) -> (Layered, Limits) {
+    let limits = Limits::from_toml(toml).unwrap();
+    (layered_with(&limits, gate, calls), limits)
 }
 
 #[tokio::test]
@@ -236,91 +249,27 @@ async fn a_cap_and_a_rate_on_one_rule_must_both_admit_and_a_refusal_takes_nothin
     assert!(limits.in_flight().is_empty());
 }
 
-/// An upstream of `workers` workers taking `service` each, first come first served: latency
-/// is flat up to `workers` in flight and grows beyond.
-pub(crate) async fn queueing_upstream(workers: usize, service: Duration) -> std::net::SocketAddr {
-    let gate = Arc::new(Semaphore::new(workers));
-    let app = axum::Router::new().fallback(move || {
-        let gate = Arc::clone(&gate);
-        async move {
-            let Ok(_worker) = gate.acquire().await else {
-                return StatusCode::SERVICE_UNAVAILABLE;
-            };
-            tokio::time::sleep(service).await;
-            StatusCode::OK
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    address
-}
-
-/// The `q` quantile of `values` (sorted here).
-fn quantile(values: &mut [Duration], q: f64) -> Duration {
-    values.sort_unstable();
-    let at = ((values.len() as f64 * q) as usize).min(values.len().saturating_sub(1));
-    values.get(at).copied().unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adaptive_cap_in_front_of_an_overloaded_upstream_keeps_latency_and_goodput() {
     let (workers, service) = (4, Duration::from_millis(50));
-    let upstream = queueing_upstream(workers, service).await;
+    let address = upstream::queueing(workers, service).await;
     let running =
         crate::support::start_gateway("[limits]\n\"/\" = { concurrency = \"adaptive\" }\n", |o| {
-            o.upstream = Some(format!("http://{upstream}").parse().unwrap())
+            o.upstream = Some(format!("http://{address}").parse().unwrap())
         })
         .await;
     let proxy = running.gateway.listen_addr();
     // Open loop at three times the upstream's capacity (80/s), from the first moment.
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Empty<Bytes>>();
-    let started = tokio::time::Instant::now();
-    let mut tick = tokio::time::interval(Duration::from_micros(4_167));
-    let mut tasks = Vec::new();
-    while started.elapsed() < Duration::from_secs(6) {
-        tick.tick().await;
-        let client = client.clone();
-        let sent = tokio::time::Instant::now();
-        tasks.push(tokio::spawn(async move {
-            let request = Request::get(format!("http://{proxy}/work"))
-                .body(http_body_util::Empty::new())
-                .unwrap();
-            let status = match client.request(request).await {
-                Ok(response) => {
-                    let status = response.status();
-                    let _ = response.into_body().collect().await;
-                    status
-                }
-                Err(_) => StatusCode::BAD_GATEWAY,
-            };
-            (sent.duration_since(started), status, sent.elapsed())
-        }));
-    }
-    let mut results = Vec::new();
-    for task in tasks {
-        results.push(task.await.unwrap());
-    }
+    let results = upstream::open_loop(proxy, 240, Duration::from_secs(6)).await;
     // Judged once the limit has found the upstream (after the first probe and descent).
-    let settled: Vec<_> = results
-        .iter()
-        .filter(|(at, ..)| *at >= Duration::from_millis(2_500))
-        .collect();
+    let from = Duration::from_millis(2_500);
     let window = 3.5;
-    let mut admitted: Vec<Duration> = settled
-        .iter()
-        .filter(|(_, status, _)| *status == StatusCode::OK)
-        .map(|(.., took)| *took)
-        .collect();
-    let mut refused: Vec<Duration> = settled
-        .iter()
-        .filter(|(_, status, _)| *status == StatusCode::TOO_MANY_REQUESTS)
-        .map(|(.., took)| *took)
-        .collect();
+    let settled = results.iter().filter(|sent| sent.at >= from).count();
+    let mut admitted = upstream::latencies(&results, from, StatusCode::OK);
+    let mut refused = upstream::latencies(&results, from, StatusCode::TOO_MANY_REQUESTS);
     let goodput = admitted.len() as f64 / window;
-    let p90 = quantile(&mut admitted, 0.9);
-    let refused_p90 = quantile(&mut refused, 0.9);
+    let p90 = upstream::quantile(&mut admitted, 0.9);
+    let refused_p90 = upstream::quantile(&mut refused, 0.9);
     let admin = running.gateway.admin_addr();
     let config: serde_json::Value =
         serde_json::from_str(&crate::support::get(admin, "/config", &[]).await.body).unwrap();
@@ -335,7 +284,7 @@ async fn an_adaptive_cap_in_front_of_an_overloaded_upstream_keeps_latency_and_go
         "admitted p90 {p90:?} for a 50 ms upstream"
     );
     assert!(
-        refused.len() as f64 >= 0.4 * settled.len() as f64,
+        refused.len() as f64 >= 0.4 * settled as f64,
         "the excess is refused"
     );
     assert!(
@@ -358,30 +307,6 @@ async fn an_adaptive_cap_in_front_of_an_overloaded_upstream_keeps_latency_and_go
     assert!(metrics.contains("tollgate_in_flight{rule=\"/\"}"));
 }
 
-/// The layer over gated bodies, deciding with `limits` (any store).
-fn layered_with<St: tollgate::store::Store>(
-    limits: &Limits<St>,
-    gate: &Arc<Semaphore>,
-) -> tower::util::BoxCloneSyncService<
-    Request<()>,
-    Response<tollgate::body::ResponseBody<Gated>>,
-    Infallible,
-> {
-    let gate = Arc::clone(gate);
-    let inner = tower::service_fn(move |_: Request<()>| {
-        let body = Gated {
-            first: Some(Bytes::from_static(b"part")),
-            gate: Arc::clone(&gate),
-        };
-        async move { Ok::<_, Infallible>(Response::new(body)) }
-    });
-    tower::util::BoxCloneSyncService::new(
-        tower::ServiceBuilder::new()
-            .layer(RateLimitLayer::new(limits.clone()))
-            .service(inner),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_share_a_cap_through_redis_and_a_dead_ones_slots_come_back() {
     let Some(server) = crate::support::redis::RedisServer::start("shared concurrency cap") else {
@@ -400,7 +325,11 @@ async fn two_gateways_share_a_cap_through_redis_and_a_dead_ones_slots_come_back(
     };
     let (a, b) = (build(), build());
     let gate = Arc::new(Semaphore::new(0));
-    let (on_a, on_b) = (layered_with(&a, &gate), layered_with(&b, &gate));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (on_a, on_b) = (
+        layered_with(&a, &gate, &calls),
+        layered_with(&b, &gate, &calls),
+    );
     let first = on_a.clone().oneshot(request("192.0.2.1")).await.unwrap();
     let second = on_a.clone().oneshot(request("192.0.2.1")).await.unwrap();
     assert_eq!(

@@ -164,18 +164,9 @@ fn overloaded_from_the_first_second_the_limit_finds_the_upstreams_capacity() {
         entered.is_some_and(|at| at < 10 * SECOND),
         "entered [0.8 C, 1.25 C] at {entered:?}"
     );
-    let share = share_within(&run, entered.unwrap_or(0), 60 * SECOND, 0.8 * c, 1.25 * c);
-    assert!(
-        share >= 0.9,
-        "inside the band {:.1} % of the time",
-        share * 100.0
-    );
+    assert_mostly_within(&run, entered.unwrap_or(0), 60 * SECOND, 0.8 * c, 1.25 * c);
     // After a minute of overload the baseline is the no-load latency, not the queue's.
-    let baseline = run.controller.baseline().unwrap_or(0) as f64;
-    assert!(
-        (baseline - service as f64).abs() <= 0.1 * service as f64,
-        "baseline {baseline} ns against a service time of {service} ns"
-    );
+    assert_baseline_near(&run, service);
 }
 
 #[test]
@@ -186,18 +177,9 @@ fn restarting_into_an_overload_with_a_backlog_still_measures_the_no_load_latency
     let mut upstream = Upstream::new(workers, service);
     upstream.free_at = vec![3 * service; workers];
     let run = simulate_from(upstream, 15, None);
-    let baseline = run.controller.baseline().unwrap_or(0) as f64;
-    assert!(
-        (baseline - service as f64).abs() <= 0.1 * service as f64,
-        "baseline {baseline} ns against a service time of {service} ns"
-    );
+    assert_baseline_near(&run, service);
     let c = workers as f64;
-    let share = share_within(&run, 5 * SECOND, 15 * SECOND, 0.8 * c, 1.25 * c);
-    assert!(
-        share >= 0.9,
-        "inside the band {:.1} % of the time",
-        share * 100.0
-    );
+    assert_mostly_within(&run, 5 * SECOND, 15 * SECOND, 0.8 * c, 1.25 * c);
 }
 
 #[test]
@@ -215,12 +197,7 @@ fn when_the_upstream_halves_the_limit_follows_within_two_seconds() {
         (at_two_seconds - c).abs() <= 0.25 * c,
         "limit {at_two_seconds} two seconds after the upstream went to {c} workers"
     );
-    let share = share_within(&run, 22 * SECOND, 40 * SECOND, 0.75 * c, 1.25 * c);
-    assert!(
-        share >= 0.9,
-        "inside the band {:.1} % of the time",
-        share * 100.0
-    );
+    assert_mostly_within(&run, 22 * SECOND, 40 * SECOND, 0.75 * c, 1.25 * c);
 }
 
 #[test]
@@ -229,10 +206,7 @@ fn a_limit_stuck_at_its_minimum_recovers() {
     // A baseline measured far too low (1 ms), then real latencies of 20 ms: the gradient
     // pins the limit to its minimum...
     let mut now = 0;
-    for _ in 0..PROBE_SAMPLES {
-        now += MS;
-        controller.record(sample(now - MS, now, 1), now);
-    }
+    now = probe(&mut controller, now, MS);
     assert_eq!(controller.baseline(), Some(MS));
     for _ in 0..200 {
         now += 10 * MS;
@@ -246,10 +220,7 @@ fn a_limit_stuck_at_its_minimum_recovers() {
         controller.probing(),
         "a probe after the limit sat at its minimum"
     );
-    for _ in 0..PROBE_SAMPLES {
-        now += 20 * MS;
-        controller.record(sample(now - 20 * MS, now, 1), now);
-    }
+    probe(&mut controller, now, 20 * MS);
     assert_eq!(controller.baseline(), Some(20 * MS));
     assert!(controller.limit() >= AdaptiveSettings::default().initial);
 }
@@ -258,10 +229,7 @@ fn a_limit_stuck_at_its_minimum_recovers() {
 fn fast_failures_and_light_load_never_raise_the_limit() {
     let mut controller = Controller::new(AdaptiveSettings::default(), 0, 3);
     let mut now = 0;
-    for _ in 0..PROBE_SAMPLES {
-        now += 10 * MS;
-        controller.record(sample(now - 10 * MS, now, 1), now);
-    }
+    now = probe(&mut controller, now, 10 * MS);
     let start = controller.limit();
     // Failures answering in 1 ms, with the limit full.
     for _ in 0..100 {
@@ -281,6 +249,35 @@ fn fast_failures_and_light_load_never_raise_the_limit() {
         start,
         "light load says nothing about more"
     );
+}
+
+/// Asserts the cap stayed within `[low, high]` at least 90 % of the time in `[from, to)`.
+fn assert_mostly_within(run: &Run, from: u64, to: u64, low: f64, high: f64) {
+    let share = share_within(run, from, to, low, high);
+    assert!(
+        share >= 0.9,
+        "inside the band {:.1} % of the time",
+        share * 100.0
+    );
+}
+
+/// Asserts the measured no-load latency is within 10 % of `service`.
+fn assert_baseline_near(run: &Run, service: u64) {
+    let baseline = run.controller.baseline().unwrap_or(0) as f64;
+    assert!(
+        (baseline - service as f64).abs() <= 0.1 * service as f64,
+        "baseline {baseline} ns against a service time of {service} ns"
+    );
+}
+
+/// Answers a whole probe from `now` with requests of `latency`, one at a time; the time
+/// after it.
+fn probe(controller: &mut Controller, mut now: u64, latency: u64) -> u64 {
+    for _ in 0..PROBE_SAMPLES {
+        now += latency;
+        controller.record(sample(now - latency, now, 1), now);
+    }
+    now
 }
 
 fn sample(started: u64, finished: u64, in_flight: u32) -> Sample {

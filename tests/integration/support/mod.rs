@@ -102,6 +102,7 @@ pub mod cluster;
 pub mod hybrid_sim;
 pub mod redis;
 pub mod repository;
+pub mod upstream;
 
 /// Gateway options for `config`, listening and serving admin on free loopback ports.
 pub fn loopback_options(
