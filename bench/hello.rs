@@ -9,9 +9,11 @@
 //! `serve <limiter> <quota>` runs one variant on a single-threaded runtime until SIGTERM or
 //! Ctrl-C, then returns from `main` (so valgrind can write its counts):
 //!
-//! - limiter `bare` (no limiter), `tollgate` (`RateLimitLayer`, IETF headers on),
-//!   `tollgate-no-headers` (the same with `[response] headers = "none"`, to show what the
-//!   headers cost) or `governor` (tower_governor's `GovernorLayer` keyed by peer IP, no
+//! - limiter `bare` (no limiter), `tollgate` (`RateLimitLayer::new(..).axum_body()`, the
+//!   layer as the README sets it up for axum, IETF headers on), `tollgate-no-headers` (the
+//!   same with `[response] headers = "none"`, to show what the headers cost),
+//!   `tollgate-wrapped` (`RateLimitLayer::new` alone: any body type, wrapped, which axum
+//!   boxes again) or `governor` (tower_governor's `GovernorLayer` keyed by peer IP, no
 //!   headers);
 //! - quota `never` (1,000,000/s with a burst of 1,000,000: nobody is denied) or `deny`
 //!   (1/s with a burst of 1: a single client is denied all but one request a second).
@@ -68,6 +70,7 @@ enum Limiter {
     Bare,
     Tollgate,
     TollgateNoHeaders,
+    TollgateWrapped,
     Governor,
 }
 
@@ -94,7 +97,7 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
     let (per_second, burst) = quota.rate_and_burst();
     Ok(match limiter {
         Limiter::Bare => app,
-        Limiter::Tollgate | Limiter::TollgateNoHeaders => {
+        Limiter::Tollgate | Limiter::TollgateNoHeaders | Limiter::TollgateWrapped => {
             let headers = match limiter {
                 Limiter::TollgateNoHeaders => "none",
                 _ => "ietf",
@@ -103,7 +106,11 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
                 "[response]\nheaders = \"{headers}\"\n\n\
                  [limits]\n\"/\" = {{ rate = \"{per_second}/s\", burst = {burst} }}\n"
             );
-            app.layer(RateLimitLayer::new(Limits::from_toml(&toml)?))
+            let layer = RateLimitLayer::new(Limits::from_toml(&toml)?);
+            match limiter {
+                Limiter::TollgateWrapped => app.layer(layer),
+                _ => app.layer(layer.axum_body()),
+            }
         }
         Limiter::Governor => {
             let config = GovernorConfigBuilder::default()

@@ -4,6 +4,12 @@
 //! the body has been sent to its end (or failed), or when the body is dropped unfinished —
 //! the client went away mid-body.
 //!
+//! Which type the layer's responses carry is a [`BodyStyle`]: [`Wrapped`] (the default)
+//! works for any body and answers with [`ResponseBody`]; [`AxumBody`] keeps axum's own
+//! `Body`, so axum does not box the response body a second time (what a wrapper costs
+//! every response: an allocation and a virtual call per frame) and only a response holding
+//! a concurrency slot is wrapped.
+//!
 //! ```
 //! use bytes::Bytes;
 //! use http_body::Body as _;
@@ -21,6 +27,82 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use crate::concurrency::Permit;
+
+/// How the responses of a [`RateLimit`](crate::RateLimit) service carry their bodies: the
+/// inner service's body when a request was admitted, a ready-made one when it was refused.
+///
+/// Chosen on the layer: [`RateLimitLayer::new`](crate::RateLimitLayer::new) gives
+/// [`Wrapped`]; [`RateLimitLayer::axum_body`](crate::RateLimitLayer::axum_body) gives
+/// [`AxumBody`]. Implement it for a body type of your own to keep that type too.
+///
+/// ```
+/// use bytes::Bytes;
+/// use http_body::Body as _;
+/// use tollgate::body::{BodyStyle, ResponseBody, Wrapped};
+///
+/// let refused: ResponseBody<String> = <Wrapped as BodyStyle<String>>::refused(Bytes::from("no"));
+/// assert_eq!(refused.size_hint().exact(), Some(2));
+/// ```
+pub trait BodyStyle<B> {
+    /// The body of every response.
+    type Body;
+
+    /// The inner service's body. With a `permit` (a concurrency slot), the body must hold
+    /// it until the body has ended, failed or been dropped.
+    fn admitted(body: B, permit: Option<Box<Permit>>) -> Self::Body;
+
+    /// The body of a refusal the limiter made.
+    fn refused(body: Bytes) -> Self::Body;
+}
+
+/// Any body, wrapped in [`ResponseBody`]: the default [`BodyStyle`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Wrapped;
+
+impl<B> BodyStyle<B> for Wrapped {
+    type Body = ResponseBody<B>;
+
+    fn admitted(body: B, permit: Option<Box<Permit>>) -> ResponseBody<B> {
+        ResponseBody::holding(body, permit)
+    }
+
+    fn refused(body: Bytes) -> ResponseBody<B> {
+        ResponseBody::rejection(body)
+    }
+}
+
+/// axum's `Body`, kept: the [`BodyStyle`] of
+/// [`RateLimitLayer::axum_body`](crate::RateLimitLayer::axum_body). An admitted response's
+/// body passes through untouched unless it holds a concurrency slot (then it is wrapped, as
+/// axum would have wrapped it anyway).
+///
+/// ```
+/// use bytes::Bytes;
+/// use http_body::Body as _;
+/// use tollgate::body::{AxumBody, BodyStyle};
+///
+/// let refused: axum::body::Body = <AxumBody as BodyStyle<axum::body::Body>>::refused(Bytes::from("no"));
+/// assert_eq!(refused.size_hint().exact(), Some(2));
+/// ```
+#[cfg(feature = "axum")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AxumBody;
+
+#[cfg(feature = "axum")]
+impl BodyStyle<axum::body::Body> for AxumBody {
+    type Body = axum::body::Body;
+
+    fn admitted(body: axum::body::Body, permit: Option<Box<Permit>>) -> axum::body::Body {
+        match permit {
+            None => body,
+            permit => axum::body::Body::new(ResponseBody::holding(body, permit)),
+        }
+    }
+
+    fn refused(body: Bytes) -> axum::body::Body {
+        axum::body::Body::from(body)
+    }
+}
 
 pin_project! {
     /// Either the inner service's body, untouched, or the body of a denial.

@@ -11,6 +11,7 @@
 //! was taken when it was decided, as nginx's `limit_req` accounts a delayed request.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -20,7 +21,7 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use crate::body::ResponseBody;
+use crate::body::{BodyStyle, Wrapped};
 use crate::concurrency::Permit;
 use crate::config::RuleSet;
 use crate::limits::{Charge, Limits, Plan, QueuedPermit};
@@ -30,13 +31,15 @@ use crate::store::{Store, StoreError};
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit).
-    pub struct ResponseFuture<S, St, B>
+    pub struct ResponseFuture<S, St, B, K = Wrapped>
     where
         S: Service<Request<B>>,
         St: Store,
     {
         #[pin]
         state: State<S, St, B>,
+        // The body style: a type, never a value (`fn` keeps the future `Send` and `Sync`).
+        style: PhantomData<fn() -> K>,
     }
 }
 
@@ -176,7 +179,7 @@ impl<St: Store> PendingCharge<St> {
     }
 }
 
-impl<S, St, B> ResponseFuture<S, St, B>
+impl<S, St, B, K> ResponseFuture<S, St, B, K>
 where
     S: Service<Request<B>>,
     St: Store,
@@ -194,6 +197,7 @@ where
                 charge,
                 permit,
             },
+            style: PhantomData,
         }
     }
 
@@ -221,6 +225,7 @@ where
                     index,
                 })),
             },
+            style: PhantomData,
         }
     }
 
@@ -259,6 +264,7 @@ where
                     permit,
                 })),
             },
+            style: PhantomData,
         }
     }
 
@@ -267,6 +273,7 @@ where
             state: State::Rejected {
                 response: Some(response),
             },
+            style: PhantomData,
         }
     }
 
@@ -291,16 +298,18 @@ where
                     permit,
                 })),
             },
+            style: PhantomData,
         }
     }
 }
 
-impl<S, St, B, ResBody> Future for ResponseFuture<S, St, B>
+impl<S, St, B, K, ResBody> Future for ResponseFuture<S, St, B, K>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
     St: Store,
+    K: BodyStyle<ResBody>,
 {
-    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+    type Output = Result<Response<K::Body>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
@@ -334,7 +343,7 @@ where
                             Self::holding(delay, service, request, headers, charge, permit).state,
                         ),
                         Outcome::Reject(response) => {
-                            return Poll::Ready(Ok(response.map(ResponseBody::rejection)));
+                            return Poll::Ready(Ok(response.map(K::refused)));
                         }
                     }
                 }
@@ -377,7 +386,7 @@ where
                             counters.refused_for_concurrency();
                         }
                         let response = busy(rules.response());
-                        return Poll::Ready(Ok(response.map(ResponseBody::rejection)));
+                        return Poll::Ready(Ok(response.map(K::refused)));
                     };
                     match limits.plan_after_slot(&rules, index, &request, permit) {
                         Plan::Check {
@@ -400,7 +409,7 @@ where
                         // A rate check after a slot never asks for another slot.
                         Plan::Busy | Plan::Queue { .. } => {
                             let response = busy(rules.response());
-                            return Poll::Ready(Ok(response.map(ResponseBody::rejection)));
+                            return Poll::Ready(Ok(response.map(K::refused)));
                         }
                     }
                 }
@@ -446,7 +455,7 @@ where
                         headers.apply(response.headers_mut());
                     }
                     return Poll::Ready(Ok(
-                        response.map(|body| ResponseBody::holding(body, permit))
+                        response.map(|body| K::admitted(body, permit))
                     ));
                 }
                 StateProj::Charging {
@@ -466,12 +475,12 @@ where
                     }
                     let permit = permit.take();
                     return Poll::Ready(Ok(
-                        response.map(|body| ResponseBody::holding(body, permit))
+                        response.map(|body| K::admitted(body, permit))
                     ));
                 }
                 StateProj::Rejected { response } => {
                     return match response.take() {
-                        Some(response) => Poll::Ready(Ok(response.map(ResponseBody::rejection))),
+                        Some(response) => Poll::Ready(Ok(response.map(K::refused))),
                         None => Poll::Pending,
                     };
                 }

@@ -32,6 +32,7 @@
 //! ```
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -39,7 +40,9 @@ use std::task::{Context, Poll, Waker};
 use http::{Request, Response};
 use tower::Service;
 
+#[cfg(doc)]
 use crate::body::ResponseBody;
+use crate::body::{BodyStyle, Wrapped};
 use crate::config::RuleSet;
 use crate::future::{PendingCharge, ResponseFuture};
 use crate::limits::{Limits, Plan};
@@ -48,15 +51,40 @@ use crate::response::busy;
 use crate::store::{MemoryStore, Store};
 
 /// A service behind rate limits. Made by [`RateLimitLayer`](crate::RateLimitLayer).
-pub struct RateLimit<S, St = MemoryStore> {
+///
+/// `K` is the [`BodyStyle`] of its responses: [`Wrapped`] (any body, answered as
+/// [`ResponseBody`]) unless the layer chose another.
+pub struct RateLimit<S, St = MemoryStore, K = Wrapped> {
     inner: S,
     limits: Limits<St>,
+    style: PhantomData<fn() -> K>,
 }
 
 impl<S, St> RateLimit<S, St> {
-    /// Wraps `inner` with `limits`.
+    /// Wraps `inner` with `limits`; responses carry a [`ResponseBody`].
     pub fn new(inner: S, limits: Limits<St>) -> Self {
-        RateLimit { inner, limits }
+        Self::with_body_style(inner, limits)
+    }
+}
+
+impl<S, St, K> RateLimit<S, St, K> {
+    /// Wraps `inner` with `limits`; responses carry the body of the [`BodyStyle`] `K`.
+    ///
+    /// ```
+    /// use tollgate::{Limits, RateLimit, body::AxumBody};
+    ///
+    /// let limits = Limits::from_toml("[limits]\n\"/\" = \"20/s\"\n")?;
+    /// let hello = axum::routing::get(|| async { "hello" });
+    /// let service: RateLimit<_, _, AxumBody> = RateLimit::with_body_style(hello, limits);
+    /// # let _ = service;
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn with_body_style(inner: S, limits: Limits<St>) -> Self {
+        RateLimit {
+            inner,
+            limits,
+            style: PhantomData,
+        }
     }
 
     /// The wrapped service.
@@ -65,16 +93,17 @@ impl<S, St> RateLimit<S, St> {
     }
 }
 
-impl<S: Clone, St> Clone for RateLimit<S, St> {
+impl<S: Clone, St, K> Clone for RateLimit<S, St, K> {
     fn clone(&self) -> Self {
         RateLimit {
             inner: self.inner.clone(),
             limits: self.limits.clone(),
+            style: PhantomData,
         }
     }
 }
 
-impl<S: std::fmt::Debug, St> std::fmt::Debug for RateLimit<S, St> {
+impl<S: std::fmt::Debug, St, K> std::fmt::Debug for RateLimit<S, St, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -111,14 +140,15 @@ impl DecisionTimer {
     }
 }
 
-impl<S, St, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, St>
+impl<S, St, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, St, K>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     St: Store,
+    K: BodyStyle<ResBody>,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<K::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, St, ReqBody>;
+    type Future = ResponseFuture<S, St, ReqBody, K>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)

@@ -91,7 +91,7 @@ pub async fn serve<St: Store>(
             options.upstream,
             options.upstream_timeout,
         )))
-        .layer(RateLimitLayer::new(limits));
+        .layer(RateLimitLayer::new(limits).axum_body());
     serve_http(
         listener,
         app,
