@@ -74,11 +74,7 @@ impl Outcome {
                 if let Some(counters) = rule.counters() {
                     counters.allowed.increment(1);
                 }
-                Outcome::Admit(Some(RateLimitHeaders::new(
-                    rule,
-                    &decision,
-                    response.headers,
-                )))
+                Outcome::Admit(RateLimitHeaders::sent(rule, &decision, response.headers))
             }
             Ok(decision) => {
                 if let Some(counters) = rule.counters() {

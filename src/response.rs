@@ -82,6 +82,15 @@ impl RateLimitHeaders {
         headers
     }
 
+    /// The headers for `decision`, or `None` when `style` sends none (nothing to carry).
+    pub(crate) fn sent(
+        rule: &Rule,
+        decision: &Decision,
+        style: HeaderStyle,
+    ) -> Option<RateLimitHeaders> {
+        (style != HeaderStyle::None).then(|| RateLimitHeaders::new(rule, decision, style))
+    }
+
     /// Adds the headers to `map`. The IETF fields are appended (they are lists, and an
     /// upstream's own policies stay visible); the legacy ones replace any upstream value.
     pub(crate) fn apply(self, map: &mut HeaderMap) {

@@ -63,6 +63,22 @@ pub(crate) fn decide(
     strict: bool,
     shaping: &Shaping,
 ) -> Decision {
+    match (&mut *tats, quotas) {
+        ([tat], [quota]) => decide_one(tat, quota, cost, now, mode, strict, shaping),
+        _ => decide_many(tats, quotas, cost, now, mode, strict, shaping),
+    }
+}
+
+/// [`decide`] for any number of quotas: all must admit; the most restrictive describes.
+fn decide_many(
+    tats: &mut [u64],
+    quotas: &[Quota],
+    cost: u64,
+    now: u64,
+    mode: CheckMode,
+    strict: bool,
+    shaping: &Shaping,
+) -> Decision {
     let refuses = |tat: u64, quota: &Quota| {
         let after = tat
             .max(now)
@@ -126,6 +142,54 @@ pub(crate) fn decide(
     described.map_or(Decision::unlimited(), |decision| {
         decision.with_reset(reset).with_delay(hold)
     })
+}
+
+/// [`decide`] for a rule of one quota, the commonest: the same arithmetic with nothing to
+/// compare across quotas.
+#[inline]
+fn decide_one(
+    tat: &mut u64,
+    quota: &Quota,
+    cost: u64,
+    now: u64,
+    mode: CheckMode,
+    strict: bool,
+    shaping: &Shaping,
+) -> Decision {
+    let interval = quota.interval_nanos();
+    let tolerance = shaping.tolerance(quota);
+    let start = (*tat).max(now);
+    let taken = start.saturating_add(cost.saturating_mul(interval));
+    let allowed = taken - now <= tolerance;
+    if !allowed && strict && mode == CheckMode::Consume {
+        let held = now
+            .saturating_add(interval)
+            .saturating_add(tolerance)
+            .saturating_sub(cost.saturating_mul(interval));
+        *tat = (*tat).max(held);
+    }
+    let take = mode.takes(allowed);
+    // As `decide` reads it: after a strict refusal the bucket is described as it now stands.
+    let start = (*tat).max(now);
+    let taken = start.saturating_add(cost.saturating_mul(interval));
+    let state = if take { taken } else { start };
+    if take {
+        *tat = taken;
+    }
+    let debt = state - now;
+    let hold = if allowed && take {
+        shaping.hold(quota, debt)
+    } else {
+        0
+    };
+    let retry = if allowed {
+        0
+    } else {
+        taken.saturating_sub(tolerance).saturating_sub(now)
+    };
+    Decision::bucket(allowed, 0, u64::from(quota.burst()), interval, debt, retry)
+        .with_reset(debt)
+        .with_delay(hold)
 }
 
 /// Re-expresses buckets measured in `old_intervals` for `quotas`, writing new TATs.
@@ -572,6 +636,28 @@ mod tests {
                 if admitted {
                     models.iter_mut().for_each(|m| m.take(cost));
                 }
+            }
+        }
+
+        /// The one-quota path is the general engine's arithmetic, not a second engine: the
+        /// same decision and the same stored TAT for every mode, strictness and shaping.
+        #[test]
+        fn the_one_quota_path_decides_as_the_general_engine(
+            steps in proptest::collection::vec((0u64..400_000_000, 0u64..4, 0u8..4, proptest::bool::ANY), 1..200),
+            burst in 1u32..6,
+            delay in proptest::option::of((0u64..2_000_000_000, proptest::option::of(0u32..4))),
+        ) {
+            let quotas = [quota("10/s", burst)];
+            let shaping = delay.map_or(Shaping::NONE, |(max, after)| delayed(max, after));
+            let (mut one, mut many) = ([0], [0]);
+            let mut now = NOW;
+            for (advance, cost, mode, strict) in steps {
+                now += advance;
+                let mode = [CheckMode::Consume, CheckMode::Peek, CheckMode::Charge, CheckMode::Session][usize::from(mode)];
+                let fast = super::decide_one(&mut one[0], &quotas[0], cost, now, mode, strict, &shaping);
+                let general = super::decide_many(&mut many, &quotas, cost, now, mode, strict, &shaping);
+                proptest::prop_assert_eq!(&fast, &general);
+                proptest::prop_assert_eq!(one, many);
             }
         }
     }

@@ -68,12 +68,29 @@ use crate::key::Client;
 
 /// Which bucket: a rule, and the client for `per = "client"` rules (`None` for
 /// `per = "global"`, one bucket for everyone).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BucketRef<'a> {
     /// The rule the request resolved to.
     pub rule: RuleId,
     /// The client, or `None` for a rule's single global bucket.
     pub client: Option<&'a Client<'a>>,
+}
+
+impl std::hash::Hash for BucketRef<'_> {
+    /// The commonest bucket (a rule and an IPv4 client) is one word, hashed in one write;
+    /// the rest hash their rule and client field by field. (Distinct buckets may share a
+    /// word across the two forms; equality, not the hash, tells them apart.)
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match self.client {
+            Some(Client::Ip(std::net::IpAddr::V4(ip))) => {
+                state.write_u64((u64::from(self.rule.get()) << 32) | u64::from(ip.to_bits()));
+            }
+            client => {
+                self.rule.hash(state);
+                client.hash(state);
+            }
+        }
+    }
 }
 
 /// Everything a store needs for one decision.
