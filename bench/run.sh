@@ -53,6 +53,12 @@ for suite in "${suites[@]}"; do
       else
         echo "skipped: needs wrk and nginx (apt-get install -y wrk nginx)"
       fi ;;
+    overhead)
+      if have wrk && have valgrind && have nginx; then
+        bash bench/overhead.sh 2>&1 | tee "$out/overhead.txt"
+      else
+        echo "skipped: needs wrk, valgrind and nginx (apt-get install -y wrk valgrind nginx)"
+      fi ;;
     config)
       if have python3 && have curl; then
         bash bench/config_sources.sh 2>&1 | tee "$out/config.txt"
@@ -65,7 +71,7 @@ for suite in "${suites[@]}"; do
       else
         echo "skipped: needs redis-server and redis-benchmark (apt-get install -y redis-server)"
       fi ;;
-    *) echo "unknown suite $suite (criterion envoy memory redis scale reload adaptive axum gateway config resp grpc)" >&2; exit 2 ;;
+    *) echo "unknown suite $suite (criterion envoy memory redis scale reload adaptive axum gateway overhead config resp grpc)" >&2; exit 2 ;;
   esac
 done
 echo "== results in $out"

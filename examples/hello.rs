@@ -20,7 +20,7 @@ fn app(limits: Limits) -> Router {
     Router::new()
         .route("/", get(|| async { "hello\n" }))
         .route("/login", get(|| async { "welcome\n" }))
-        .layer(RateLimitLayer::new(limits))
+        .layer(RateLimitLayer::new(limits).axum_body())
 }
 
 #[tokio::main]

@@ -454,9 +454,7 @@ where
                     if let Some(headers) = headers {
                         headers.apply(response.headers_mut());
                     }
-                    return Poll::Ready(Ok(
-                        response.map(|body| K::admitted(body, permit))
-                    ));
+                    return Poll::Ready(Ok(response.map(|body| K::admitted(body, permit))));
                 }
                 StateProj::Charging {
                     charging,
@@ -474,9 +472,7 @@ where
                         headers.apply(response.headers_mut());
                     }
                     let permit = permit.take();
-                    return Poll::Ready(Ok(
-                        response.map(|body| K::admitted(body, permit))
-                    ));
+                    return Poll::Ready(Ok(response.map(|body| K::admitted(body, permit))));
                 }
                 StateProj::Rejected { response } => {
                     return match response.take() {

@@ -51,6 +51,15 @@ impl<St> RateLimitLayer<St> {
 
 impl<St, K> RateLimitLayer<St, K> {
     /// The same layer answering with the body of another [`BodyStyle`].
+    ///
+    /// ```
+    /// use tollgate::{Limits, RateLimitLayer, body::Wrapped};
+    ///
+    /// let limits = Limits::from_toml("[limits]\n\"/\" = \"20/s\"\n")?;
+    /// let layer: RateLimitLayer<_, Wrapped> = RateLimitLayer::new(limits).axum_body().with_body_style();
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
     pub fn with_body_style<Other>(self) -> RateLimitLayer<St, Other> {
         RateLimitLayer {
             limits: self.limits,

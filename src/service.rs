@@ -74,7 +74,7 @@ impl<S, St, K> RateLimit<S, St, K> {
     /// use tollgate::{Limits, RateLimit, body::AxumBody};
     ///
     /// let limits = Limits::from_toml("[limits]\n\"/\" = \"20/s\"\n")?;
-    /// let hello = axum::routing::get(|| async { "hello" });
+    /// let hello: axum::routing::MethodRouter = axum::routing::get(|| async { "hello" });
     /// let service: RateLimit<_, _, AxumBody> = RateLimit::with_body_style(hello, limits);
     /// # let _ = service;
     /// # Ok::<(), tollgate::config::ConfigError>(())

@@ -378,3 +378,54 @@ async fn two_gateways_share_a_cap_through_redis_and_a_dead_ones_slots_come_back(
     );
     drop((on_b_held, back));
 }
+
+/// `RateLimitLayer::axum_body`: responses keep axum's `Body`; a response holding a slot
+/// still holds it until its body has ended, and a refusal is the same refusal.
+#[tokio::test]
+async fn with_axum_bodies_a_slot_is_held_until_the_body_ends_and_refusals_are_unchanged() {
+    let limits =
+        Limits::from_toml("[limits]\nupload = { concurrency = 1, rate = \"2/min\" }\n").unwrap();
+    let gate = Arc::new(Semaphore::new(0));
+    let inner_gate = Arc::clone(&gate);
+    let inner = tower::service_fn(move |_: Request<()>| {
+        let body = Gated {
+            first: Some(Bytes::from_static(b"part")),
+            gate: Arc::clone(&inner_gate),
+        };
+        async move { Ok::<_, Infallible>(Response::new(axum::body::Body::new(body))) }
+    });
+    let service = tower::ServiceBuilder::new()
+        .layer(RateLimitLayer::new(limits.clone()).axum_body())
+        .service(inner);
+    // The response type is axum's own: no wrapper for axum to box again.
+    let first: Response<axum::body::Body> =
+        service.clone().oneshot(request("192.0.2.1")).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.headers()["ratelimit"], "\"upload\";r=1;t=30");
+    let busy = service.clone().oneshot(request("192.0.2.1")).await.unwrap();
+    assert_eq!(
+        busy.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "the slot is held"
+    );
+    assert_eq!(limits.in_flight().len(), 1);
+    gate.add_permits(1);
+    let body = first.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"part");
+    assert!(
+        limits.in_flight().is_empty(),
+        "given back at the body's end"
+    );
+    // The rate's refusal: status, Retry-After, RateLimit fields and the JSON body.
+    gate.add_permits(1);
+    let second = service.clone().oneshot(request("192.0.2.1")).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    drop(second);
+    let refused = service.clone().oneshot(request("192.0.2.1")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "30");
+    assert_eq!(refused.headers()["ratelimit"], "\"upload\";r=0;t=30");
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], br#"{"error":"rate_limited","retry_after":30}"#);
+    assert!(limits.in_flight().is_empty());
+}
