@@ -5,7 +5,7 @@
 #   bash bench/overhead.sh                  # everything, ~15 minutes
 #   PARTS="layer" bash bench/overhead.sh    # only the callgrind rows (~5 minutes)
 #
-# PARTS (default "layer gateway decision") picks the parts:
+# PARTS (default "layer gateway decision"; add "profile" for the fourth) picks the parts:
 #
 # - layer: instructions per request under callgrind (bench/axum.sh, MEASURE=instructions)
 #   for bare axum "hello", behind tollgate (IETF headers; headers = "none") and behind
@@ -15,6 +15,8 @@
 #   upstream (bench/gateway.sh): proxy CPU time per request (user + system from
 #   /proc/<pid>/stat, which leaves out time stolen by the hypervisor), never and mostly
 #   denying. The steal the whole machine saw during that part is printed beside it.
+# - profile: the gateway under callgrind proxying to nginx, instructions per proxied request
+#   by crate and by function (bench/profile.py; KEEP=dir keeps the callgrind files).
 # - decision: criterion, the whole per-request decision at 100,000 and 1,000,000 live
 #   clients beside governor's keyed `check_key` (benches/decision.rs).
 #
@@ -32,9 +34,19 @@ all_ticks() { awk '/^cpu / { s = 0; for (i = 2; i <= NF; i++) s += $i; print s }
 
 if [[ $PARTS == *layer* ]]; then
   echo "== layer: callgrind, instructions per request (bench/axum.sh)"
-  MEASURE=instructions \
+  keep=${KEEP:-$out/callgrind}
+  MEASURE=instructions KEEP="$keep" \
     VARIANTS="bare never,tollgate never,tollgate-no-headers never,governor never,tollgate deny,governor deny" \
     bash bench/axum.sh | tee "$out/layer"
+  if command -v python3 >/dev/null; then
+    r=${REQUESTS:-5000}
+    for variant in tollgate governor; do
+      echo
+      echo "== layer: what $variant adds over bare axum, by function (bench/profile.py)"
+      python3 bench/profile.py "$keep/callgrind.$variant.$r" "$keep/callgrind.$variant.$((2 * r))" "$r" 20 \
+        --minus "$keep/callgrind.bare.$r" "$keep/callgrind.bare.$((2 * r))"
+    done
+  fi
 fi
 
 if [[ $PARTS == *gateway* ]]; then
@@ -46,6 +58,50 @@ if [[ $PARTS == *gateway* ]]; then
   awk -v s=$((steal1 - steal0)) -v a=$((all1 - all0)) \
     'BEGIN { printf "   steal during the gateway part: %.1f%% of all CPU time (not in the per-process figures)\n", a ? 100 * s / a : 0 }' \
     | tee -a "$out/gateway"
+fi
+
+if [[ $PARTS == *profile* ]]; then
+  # Where a proxied request's instructions go: the gateway under callgrind, one worker
+  # thread, an nginx upstream, N then 2N requests over one keep-alive connection.
+  echo
+  echo "== profile: the gateway proxying, instructions per request by crate (callgrind)"
+  command -v python3 >/dev/null || { echo "the profile part needs python3" >&2; exit 1; }
+  cargo build --release --example gateway --example bench_hello
+  source bench/lib.sh
+  trap 'cleanup_pids; rm -rf "$out"' EXIT
+  mkdir -p "$out/nginx"
+  cat > "$out/nginx/upstream.conf" <<CONF
+daemon off; master_process off; worker_processes 1; user root;
+pid $out/nginx/pid; error_log $out/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off; client_body_temp_path $out/nginx/b; proxy_temp_path $out/nginx/p;
+  fastcgi_temp_path $out/nginx/f; uwsgi_temp_path $out/nginx/u; scgi_temp_path $out/nginx/s;
+  server { listen 127.0.0.1:18081; keepalive_requests 1000000;
+           location / { return 200 'hello from the upstream\n'; } }
+}
+CONF
+  nginx -c "$out/nginx/upstream.conf" &
+  pids+=($!)
+  wait_port 18081
+  printf '[limits]\n"/" = "1000000/s"\n' > "$out/profile.toml"
+  n=${PROFILE_REQUESTS:-2000}
+  for count in "$n" $((2 * n)); do
+    TOKIO_WORKER_THREADS=1 RUST_LOG=warn valgrind --tool=callgrind \
+      --callgrind-out-file="$out/gateway.$count" target/release/examples/gateway \
+      --config "$out/profile.toml" --listen 127.0.0.1:18083 --admin 127.0.0.1:18084 \
+      --upstream http://127.0.0.1:18081 2>/dev/null &
+    gateway=$!
+    pids+=("$gateway")
+    wait_port 18083 600
+    target/release/examples/bench_hello load --target 127.0.0.1:18083 --requests 200 2>/dev/null
+    callgrind_control --zero "$gateway" >/dev/null 2>&1
+    target/release/examples/bench_hello load --target 127.0.0.1:18083 --requests "$count" 2>/dev/null
+    callgrind_control --dump "$gateway" >/dev/null 2>&1
+    kill -TERM "$gateway"; wait "$gateway" 2>/dev/null || true
+  done
+  python3 bench/profile.py "$out/gateway.$n.1" "$out/gateway.$((2 * n)).1" "$n" 20 | tee "$out/profile"
+  [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp "$out"/gateway.*.1 "$KEEP/"; }
 fi
 
 if [[ $PARTS == *decision* ]]; then

@@ -110,7 +110,8 @@ pub struct Proxy {
     timeout: Duration,
 }
 
-const HOP_BY_HOP: [HeaderName; 8] = [
+const HOP_BY_HOP_COUNT: usize = 8;
+const HOP_BY_HOP: [HeaderName; HOP_BY_HOP_COUNT] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -216,12 +217,19 @@ pub async fn handler(State(proxy): State<Arc<Proxy>>, request: Request) -> Respo
 }
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages carry none of these (or only `Connection: keep-alive`): look before
-    // paying a hashed removal per name.
-    let present = headers
-        .keys()
-        .any(|name| name == header::UPGRADE || HOP_BY_HOP.contains(name));
-    if !present {
+    // Most messages carry none of these, or only `Connection: keep-alive` (every nginx
+    // response does): one pass over the names finds which are there, and only those pay a
+    // hashed removal.
+    let mut present = [false; HOP_BY_HOP_COUNT];
+    let mut upgrade = false;
+    for name in headers.keys() {
+        if let Some(index) = HOP_BY_HOP.iter().position(|hop| hop == name) {
+            present[index] = true;
+        } else if name == header::UPGRADE {
+            upgrade = true;
+        }
+    }
+    if !upgrade && !present.contains(&true) {
         return;
     }
     let named: Vec<HeaderName> = headers
@@ -236,10 +244,19 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         })
         .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
         .collect();
-    for name in named.iter().chain(&HOP_BY_HOP) {
+    for name in &named {
         headers.remove(name);
     }
-    headers.remove(header::UPGRADE);
+    for (name, _) in HOP_BY_HOP
+        .iter()
+        .zip(present)
+        .filter(|(_, present)| *present)
+    {
+        headers.remove(name);
+    }
+    if upgrade {
+        headers.remove(header::UPGRADE);
+    }
 }
 
 fn append_forwarded_for(headers: &mut HeaderMap, peer: SocketAddr) {
@@ -337,6 +354,26 @@ mod tests {
             headers.keys().map(HeaderName::as_str).collect::<Vec<_>>(),
             ["x-kept"]
         );
+    }
+
+    #[test]
+    fn every_hop_by_hop_header_goes_with_all_its_values_and_the_rest_stays() {
+        let mut headers = HeaderMap::new();
+        for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
+            headers.append(name, HeaderValue::from_static("a"));
+            headers.append(name, HeaderValue::from_static("b"));
+        }
+        headers.insert("x-kept", HeaderValue::from_static("1"));
+        headers.insert(header::HOST, HeaderValue::from_static("example.com"));
+        strip_hop_by_hop(&mut headers);
+        let mut left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["host", "x-kept"]);
+        let mut keep_alive = HeaderMap::new();
+        keep_alive.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        keep_alive.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        strip_hop_by_hop(&mut keep_alive);
+        assert_eq!(keep_alive.len(), 1, "only Connection goes");
     }
 
     #[test]
