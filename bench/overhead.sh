@@ -107,22 +107,30 @@ fi
 if [[ $PARTS == *decision* ]]; then
   echo
   echo "== decision: criterion, 100,000 and 1,000,000 live clients (benches/decision.rs)"
-  cargo bench --bench decision -- \
-    "^(decision/rules=10/clients=(100000|1000000)|governor/clients=(100000|1000000))$" 2>&1 \
-    | grep -E "^(decision|governor)/|time:" | tee "$out/decision"
+  # One invocation per side, alternating for ROUNDS rounds, so both sides see the same
+  # drift of this shared machine; the summary takes each side's median over the rounds.
+  cargo bench --bench decision --no-run 2>&1 | tail -1
+  : > "$out/decision"
+  for round in $(seq "${ROUNDS:-3}"); do
+    for side in "decision/rules=10/clients=(100000|1000000)" "governor/clients=(100000|1000000)"; do
+      cargo bench --bench decision -- "^$side\$" --warm-up-time 2 --measurement-time 4 2>&1 \
+        | grep -E "^(decision|governor)/|time:" | tee -a "$out/decision"
+    done
+  done
 fi
 
 # The summary table.
+source bench/lib.sh
 added() { awk -v n="$1" '$1 == n { print $3 }' "$out/layer" | tr -d '+'; }
 cpu() { # scenario, proxy
   awk -v s="$1" -v p="$2" '/^== / { in_s = ($2 == s) } in_s && $1 == p && /CPU/ { for (i = 1; i <= NF; i++) if ($i == "CPU") print $(i + 1) }' "$out/gateway"
 }
-median_ns() { # criterion id -> median in ns
+median_ns() { # criterion id -> the median over rounds of its per-round median, in ns
   awk -v id="$1" '$1 == id { want = 1 } want && /time:/ {
       for (i = 1; i <= NF; i++) if ($i == "time:") break
       v = $(i + 3); u = $(i + 4); gsub(/[^0-9.]/, "", v)
       if (u ~ /^µs/ || u ~ /^us/) v *= 1000; else if (u ~ /^ms/) v *= 1e6
-      print v; exit }' "$out/decision"
+      print v; want = 0 }' "$out/decision" | median
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f×", a / b }'; }
 
