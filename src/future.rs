@@ -22,8 +22,10 @@ use pin_project_lite::pin_project;
 use tower::Service;
 
 use crate::body::{BodyStyle, Wrapped};
+use crate::clock::Timestamp;
 use crate::concurrency::Permit;
 use crate::config::RuleSet;
+use crate::key::Client;
 use crate::limits::{Charge, Limits, Plan, QueuedPermit};
 use crate::outcome::Outcome;
 use crate::response::{RateLimitHeaders, busy};
@@ -119,6 +121,8 @@ struct Parked<S, B, St> {
     index: usize,
     charge: Option<Box<PendingCharge<St>>>,
     permit: Option<Box<Permit>>,
+    /// When the decision was asked for.
+    now: Timestamp,
 }
 
 /// What a `count_status` request owes if its response counts.
@@ -203,7 +207,7 @@ where
 
     /// Waits for a slot (at most `max_wait`), then decides the rate and calls `service`.
     pub(crate) fn queued(
-        permit: Box<QueuedPermit>,
+        permit: QueuedPermit,
         max_wait: std::time::Duration,
         service: S,
         request: Request<B>,
@@ -214,7 +218,7 @@ where
         ResponseFuture {
             state: State::Queued {
                 waiting: Box::pin(Waiting {
-                    permit: *permit,
+                    permit,
                     timer: tokio::time::sleep(max_wait),
                 }),
                 queued: Some(Box::new(QueuedRequest {
@@ -277,6 +281,7 @@ where
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn deciding(
         decision: St::Future,
         service: S,
@@ -285,6 +290,7 @@ where
         index: usize,
         charge: Option<Box<PendingCharge<St>>>,
         permit: Option<Box<Permit>>,
+        now: Timestamp,
     ) -> Self {
         ResponseFuture {
             state: State::Deciding {
@@ -296,6 +302,7 @@ where
                     index,
                     charge,
                     permit,
+                    now,
                 })),
             },
             style: PhantomData,
@@ -328,9 +335,15 @@ where
                         index,
                         charge,
                         permit,
+                        now,
                     } = *parked;
                     let outcome = match rules.rule(index) {
-                        Some(rule) => Outcome::new(result, rule, &rules),
+                        Some(rule) => {
+                            // Found again (it borrows the request): a remote decision's
+                            // round trip dwarfs it.
+                            let client = Client::identify(&request, rules.client_settings());
+                            Outcome::new(result, rule, &rules, now, &client)
+                        }
                         None => Outcome::Admit(None),
                     };
                     match outcome {
@@ -383,7 +396,8 @@ where
                     let Some(permit) = permit else {
                         // No slot within max_delay: refused, as if the cap had been full.
                         if let Some(counters) = rules.rule(index).and_then(|r| r.counters()) {
-                            counters.refused_for_concurrency();
+                            let client = Client::identify(&request, rules.client_settings());
+                            counters.refused_for_concurrency(limits.now(), Some(&client));
                         }
                         let response = busy(rules.response());
                         return Poll::Ready(Ok(response.map(K::refused)));
@@ -393,12 +407,13 @@ where
                             decision,
                             charge,
                             permit,
+                            now,
                             ..
                         } => {
                             let charge = PendingCharge::boxed(&limits, &rules, index, charge);
                             state.set(
                                 Self::deciding(
-                                    decision, service, request, rules, index, charge, permit,
+                                    decision, service, request, rules, index, charge, permit, now,
                                 )
                                 .state,
                             );

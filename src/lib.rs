@@ -9,6 +9,7 @@ pub mod key;
 pub mod reload;
 pub mod response;
 pub mod store;
+pub mod traffic;
 
 mod algorithm;
 mod atomic_file;

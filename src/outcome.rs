@@ -6,8 +6,10 @@
 use bytes::Bytes;
 use http::Response;
 
+use crate::clock::Timestamp;
 use crate::config::{Rule, RuleSet};
 use crate::decision::Decision;
+use crate::key::Client;
 use crate::response::{RateLimitHeaders, rejection};
 use crate::store::StoreError;
 
@@ -23,20 +25,24 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    /// The verdict on `result`, decided at `now` for `client` (counted under the rule).
     pub(crate) fn new(
         result: Result<Decision, StoreError>,
         rule: &Rule,
         rules: &RuleSet,
+        now: Timestamp,
+        client: &Client<'_>,
     ) -> Outcome {
         let response = rules.response();
+        let counters = rule.counters();
         match result {
             // Shadow: measure and report, never refuse, and show the client nothing.
             Ok(decision) if rule.is_shadow() => {
-                if let Some(counters) = rule.counters() {
+                if let Some(counters) = counters {
                     if decision.allowed() {
-                        counters.allowed.increment(1);
+                        counters.admitted(now);
                     } else {
-                        counters.shadow_limited.increment(1);
+                        counters.shadow_refused(now);
                         tracing::debug!(
                             rule = rule.name(),
                             retry_after = ?decision.retry_after(),
@@ -50,8 +56,8 @@ impl Outcome {
                 // Holding needs a timer: without a tokio runtime the request is refused for
                 // as long as it would have waited.
                 if tokio::runtime::Handle::try_current().is_err() {
-                    if let Some(counters) = rule.counters() {
-                        counters.limited.increment(1);
+                    if let Some(counters) = counters {
+                        counters.refused(now, Some(client));
                     }
                     return Outcome::Reject(rejection(
                         rule,
@@ -60,10 +66,8 @@ impl Outcome {
                     ));
                 }
                 let delay = decision.delay();
-                if let Some(counters) = rule.counters() {
-                    counters.allowed.increment(1);
-                    counters.delayed.increment(1);
-                    counters.delay.record(delay.as_secs_f64());
+                if let Some(counters) = counters {
+                    counters.held(now, delay);
                 }
                 Outcome::Hold(
                     delay,
@@ -71,14 +75,14 @@ impl Outcome {
                 )
             }
             Ok(decision) if decision.allowed() => {
-                if let Some(counters) = rule.counters() {
-                    counters.allowed.increment(1);
+                if let Some(counters) = counters {
+                    counters.admitted(now);
                 }
                 Outcome::Admit(RateLimitHeaders::sent(rule, &decision, response.headers))
             }
             Ok(decision) => {
-                if let Some(counters) = rule.counters() {
-                    counters.limited.increment(1);
+                if let Some(counters) = counters {
+                    counters.refused(now, Some(client));
                 }
                 Outcome::Reject(rejection(rule, &decision, response))
             }

@@ -157,44 +157,51 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let timer = DecisionTimer::sample();
         let rules = self.limits.rules();
-        let (index, mut decision, charge, permit) = match self.limits.plan(&rules, &request) {
-            Plan::Pass(permit) => {
-                return ResponseFuture::call(self.inner.call(request), None, None, permit);
-            }
-            Plan::Check {
-                index,
-                decision,
-                charge,
-                permit,
-            } => (index, decision, charge, permit),
-            Plan::Busy => return ResponseFuture::rejected(busy(rules.response())),
-            Plan::Queue { index, wait } => {
-                // A local queue waits max_delay; a shared store's answer is bounded by its
-                // own timeout, so the minute here never runs out first.
-                let max_wait = rules
-                    .rule(index)
-                    .and_then(|rule| rule.shaping())
-                    .and_then(|shaping| shaping.delay())
-                    .map_or(std::time::Duration::from_secs(60), |delay| delay.max());
-                let fresh = self.inner.clone();
-                let ready = std::mem::replace(&mut self.inner, fresh);
-                let rules: Arc<RuleSet> = arc_swap::Guard::into_inner(rules);
-                let limits = self.limits.clone();
-                return ResponseFuture::queued(
-                    wait, max_wait, ready, request, limits, rules, index,
-                );
-            }
-        };
+        let (index, mut decision, charge, permit, now, client) =
+            match self.limits.plan(&rules, &request) {
+                Plan::Pass(permit) => {
+                    return ResponseFuture::call(self.inner.call(request), None, None, permit);
+                }
+                Plan::Check {
+                    index,
+                    decision,
+                    charge,
+                    permit,
+                    now,
+                    client,
+                } => (index, decision, charge, permit, now, client),
+                Plan::Busy => return ResponseFuture::rejected(busy(rules.response())),
+                Plan::Queue { index, wait } => {
+                    // A local queue waits max_delay; a shared store's answer is bounded by
+                    // its own timeout, so the minute here never runs out first.
+                    let max_wait = rules
+                        .rule(index)
+                        .and_then(|rule| rule.shaping())
+                        .and_then(|shaping| shaping.delay())
+                        .map_or(std::time::Duration::from_secs(60), |delay| delay.max());
+                    let fresh = self.inner.clone();
+                    let ready = std::mem::replace(&mut self.inner, fresh);
+                    let rules: Arc<RuleSet> = arc_swap::Guard::into_inner(rules);
+                    let limits = self.limits.clone();
+                    return ResponseFuture::queued(
+                        *wait, max_wait, ready, request, limits, rules, index,
+                    );
+                }
+            };
         let charge = PendingCharge::boxed(&self.limits, &rules, index, charge);
         // Stores that answer at once (the in-memory one) are settled here, in place.
         let mut cx = Context::from_waker(Waker::noop());
         if let Poll::Ready(result) = Pin::new(&mut decision).poll(&mut cx) {
             timer.record();
             let Some(rule) = rules.rule(index) else {
+                drop(client);
                 return ResponseFuture::call(self.inner.call(request), None, None, permit);
             };
+            let outcome = Outcome::new(result, rule, &rules, now, &client);
+            // The client borrows the request, which goes on from here.
+            drop(client);
             // A refusal drops the permit here: a request refused by the rate takes no slot.
-            return match Outcome::new(result, rule, &rules) {
+            return match outcome {
                 Outcome::Admit(headers) => {
                     ResponseFuture::call(self.inner.call(request), headers, charge, permit)
                 }
@@ -207,9 +214,10 @@ where
             };
         }
         // A remote store: park the request with the service that was made ready for it.
+        drop(client);
         let fresh = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, fresh);
         let rules: Arc<RuleSet> = arc_swap::Guard::into_inner(rules);
-        ResponseFuture::deciding(decision, ready, request, rules, index, charge, permit)
+        ResponseFuture::deciding(decision, ready, request, rules, index, charge, permit, now)
     }
 }

@@ -17,6 +17,7 @@
 //! # Ok::<(), tollgate::config::ConfigError>(())
 //! ```
 
+mod changes;
 mod compile;
 mod concurrency;
 #[cfg(feature = "yaml")]
@@ -35,13 +36,13 @@ mod shaping;
 pub(crate) mod source;
 mod store;
 
+pub use changes::RuleChange;
 pub use error::{ConfigError, Diagnostic};
 pub use explain::{Explanation, Step};
 pub use gateway::{GatewaySettings, parse_upstream};
 pub use raw::{HeaderStyle, Per};
 pub use reload::{ReloadSettings, RemoteHeader};
 pub use response::{BodyTemplate, ResponseSettings};
-pub(crate) use rule::RuleCounters;
 pub use rule::{Limit, Origin, Rule, RuleId, StatusSet};
 pub use rule_set::RuleSet;
 pub use source::{MAX_CONFIG_BYTES, Validator};

@@ -3,14 +3,17 @@
 //! metric handles).
 
 use std::fmt;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use http::HeaderValue;
 
 use crate::algorithm::Algorithm;
+use crate::clock::Timestamp;
 use crate::key::Client;
 use crate::quota::Quota;
+use crate::traffic::{RuleTraffic, Seen, Traffic};
 
 use super::raw::Per;
 
@@ -55,23 +58,64 @@ pub struct Rule {
 /// the `metrics` recorder installed at that moment; without one they are no-ops.
 #[derive(Clone)]
 pub(crate) struct RuleCounters {
-    pub(crate) allowed: metrics::Counter,
-    pub(crate) limited: metrics::Counter,
-    pub(crate) shadow_limited: metrics::Counter,
+    allowed: metrics::Counter,
+    limited: metrics::Counter,
+    shadow_limited: metrics::Counter,
     /// `on_limit = "delay"`: requests held, and for how long.
-    pub(crate) delayed: metrics::Counter,
-    pub(crate) delay: metrics::Histogram,
+    delayed: metrics::Counter,
+    delay: metrics::Histogram,
     /// Rules with a `concurrency` cap only.
     pub(crate) concurrency: Option<ConcurrencyCounters>,
+    /// The rule's traffic over time, for the admin page (`None` past the rules tracked).
+    traffic: Option<Arc<RuleTraffic>>,
 }
 
+/// Counting an outcome: the rule's metrics, and its traffic over time.
 impl RuleCounters {
-    /// A request refused by the rule's concurrency cap: limited, and refused for
-    /// concurrency.
-    pub(crate) fn refused_for_concurrency(&self) {
+    /// A request admitted at `now`.
+    pub(crate) fn admitted(&self, now: Timestamp) {
+        self.allowed.increment(1);
+        self.seen(now, Seen::Admitted);
+    }
+
+    /// A request admitted at `now` and held `delay` first.
+    pub(crate) fn held(&self, now: Timestamp, delay: std::time::Duration) {
+        self.admitted(now);
+        self.delayed.increment(1);
+        self.delay.record(delay.as_secs_f64());
+        self.seen(now, Seen::Delayed);
+    }
+
+    /// A request a shadow rule would have refused at `now` (it passed).
+    pub(crate) fn shadow_refused(&self, now: Timestamp) {
+        self.shadow_limited.increment(1);
+        self.seen(now, Seen::ShadowRefused);
+    }
+
+    /// A request refused at `now`; `client`, when known, joins the rule's most refused.
+    pub(crate) fn refused(&self, now: Timestamp, client: Option<&Client<'_>>) {
         self.limited.increment(1);
+        let Some(traffic) = &self.traffic else {
+            return;
+        };
+        match client {
+            Some(client) => traffic.refused(now, client),
+            None => traffic.record(now, Seen::Refused),
+        }
+    }
+
+    /// A request refused by the rule's concurrency cap at `now`: refused, and refused for
+    /// concurrency.
+    pub(crate) fn refused_for_concurrency(&self, now: Timestamp, client: Option<&Client<'_>>) {
+        self.refused(now, client);
         if let Some(concurrency) = &self.concurrency {
             concurrency.refused.increment(1);
+        }
+    }
+
+    fn seen(&self, now: Timestamp, seen: Seen) {
+        if let Some(traffic) = &self.traffic {
+            traffic.record(now, seen);
         }
     }
 }
@@ -104,8 +148,9 @@ impl RuleCounters {
             limited: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "limited"),
             shadow_limited: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "shadow_limited"),
             delayed: metrics::counter!("tollgate_delayed_total", "rule" => Arc::clone(&name)),
-            delay: metrics::histogram!("tollgate_delay_seconds", "rule" => name),
+            delay: metrics::histogram!("tollgate_delay_seconds", "rule" => Arc::clone(&name)),
             concurrency,
+            traffic: Traffic::global().rule(&name),
         }
     }
 }
@@ -492,6 +537,72 @@ fn structured_string(name: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// Describing a rule.
+impl Rule {
+    /// What the rule limits, in a few words: what `gateway --check` prints and the reload
+    /// history compares.
+    ///
+    /// ```
+    /// let rules = tollgate::config::RuleSet::from_toml("[limits]\nlogin = { rate = \"5/min\", strict = true }\n")?;
+    /// let login = rules.get("login").unwrap();
+    /// assert_eq!(login.summary(), "5/1m burst 5 · gcra · cost 1 · per client · strict");
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn summary(&self) -> String {
+        let rule = self;
+        let Some(algorithm) = rule.algorithm() else {
+            return "unlimited".to_owned();
+        };
+        let quotas: Vec<String> = match algorithm {
+            Algorithm::Gcra => rule.quotas().iter().map(ToString::to_string).collect(),
+            _ => rule.quotas().iter().map(|q| q.rate().to_string()).collect(),
+        };
+        let per = match rule.per() {
+            Some(Per::Global) => "global",
+            _ => "per client",
+        };
+        let mut line = if quotas.is_empty() {
+            format!("no rate · {per}")
+        } else {
+            format!(
+                "{} · {algorithm} · cost {} · {per}",
+                quotas.join(" + "),
+                rule.cost()
+            )
+        };
+        match rule.concurrency() {
+            Some(crate::Concurrency::Fixed(n)) => {
+                let _ = write!(line, " · at most {n} in flight");
+            }
+            Some(crate::Concurrency::Adaptive(a)) => {
+                let _ = write!(line, " · adaptive concurrency {}..{}", a.min, a.max);
+            }
+            None => {}
+        }
+        if rule.is_strict() {
+            line.push_str(" · strict");
+        }
+        if let Some(shaping) = rule.shaping() {
+            if let Some(delay) = shaping.delay() {
+                let _ = write!(line, " · delay ≤ {:?}", delay.max());
+                if let Some(after) = delay.after() {
+                    let _ = write!(line, " after {after}");
+                }
+            }
+            if let Some(warmup) = shaping.warmup() {
+                let _ = write!(line, " · warm-up {warmup:?}");
+            }
+        }
+        if rule.is_shadow() {
+            line.push_str(" · shadow");
+        }
+        if let Some(statuses) = rule.count_status() {
+            let _ = write!(line, " · counts {statuses}");
+        }
+        line
+    }
 }
 
 #[cfg(test)]

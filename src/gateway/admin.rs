@@ -4,10 +4,11 @@
 //! |---|---|
 //! | `GET /` | the introspection page (self-contained HTML, no CDN) |
 //! | `GET /healthz` | `ok` |
-//! | `GET /config` | active rules, sources (files and URLs: last read, validator, last error), generation, loaded-at, last reload error |
+//! | `GET /config` | active rules, sources (files and URLs: last read, validator, last error), generation, loaded-at, last reload error, the last reloads (newest first: time, trigger, generation, rules added/removed/changed with old → new, or the error) |
 //! | `GET /buckets?prefix=&max_fraction=&sort=&limit=` | buckets, filtered and sorted server-side |
 //! | `DELETE /buckets/{key}` | forgive one client: drop its bucket |
 //! | `GET /explain?path=&client=` | which rule and bucket a request would use, and why |
+//! | `GET /traffic?rules=&top=` | per-rule traffic over the last 15 minutes in 5 s slots (admitted, refused, shadow-refused, delayed), rules with the most refusals first (at most `rules`, default 50), each with its `top` most refused clients (default 10) |
 //! | `GET /metrics` | Prometheus text |
 //!
 //! With an `admin_token`, every route but `/healthz` and the page itself needs
@@ -82,6 +83,7 @@ pub fn router(
         .route("/buckets/{*key}", axum::routing::delete(forgive))
         .route("/explain", get(explain))
         .route("/metrics", get(render_metrics))
+        .route("/traffic", get(traffic))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
@@ -192,7 +194,21 @@ async fn config(State(state): State<AdminState<BackendStore>>) -> Json<Value> {
         "store": store_json(state.limits.store()),
         "rules": rules_json(&rules),
         "concurrency": concurrency_json(&state.limits, &rules),
+        "reloads": status.history.iter().rev().map(reload_json).collect::<Vec<_>>(),
     }))
+}
+
+/// One reload of the history: when, why, the generation after it, and what changed (or
+/// why it was refused).
+fn reload_json(event: &crate::reload::ReloadEvent) -> Value {
+    json!({
+        "at": unix_seconds(event.at),
+        "trigger": event.trigger,
+        "generation": event.generation,
+        "applied": event.error.is_none(),
+        "error": event.error,
+        "changes": event.changes,
+    })
 }
 
 /// Each concurrency cap now: requests in flight (over all its buckets), the limit (per
@@ -286,6 +302,32 @@ struct BucketParams {
     max_fraction: Option<f64>,
     sort: Option<String>,
     limit: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct TrafficParams {
+    rules: Option<usize>,
+    top: Option<usize>,
+}
+
+/// Most rules and most clients per rule one `/traffic` call returns.
+const MAX_TRAFFIC_RULES: usize = crate::traffic::Traffic::MAX_RULES;
+const MAX_TOP_CLIENTS: usize = 32;
+
+async fn traffic(
+    State(state): State<AdminState<BackendStore>>,
+    params: Result<Query<TrafficParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Query(params) = match params {
+        Ok(params) => params,
+        Err(rejection) => return bad_request(&rejection.body_text()),
+    };
+    let top = params.top.unwrap_or(10).min(MAX_TOP_CLIENTS);
+    let mut report = crate::traffic::Traffic::global().report(state.limits.now(), top);
+    report
+        .rules
+        .truncate(params.rules.unwrap_or(50).clamp(1, MAX_TRAFFIC_RULES));
+    Json(report).into_response()
 }
 
 async fn buckets(

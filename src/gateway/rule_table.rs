@@ -2,8 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::algorithm::Algorithm;
-use crate::config::{Per, Rule, RuleSet};
+use crate::config::RuleSet;
 
 /// The rule table as text, for `--check`: one line per rule.
 ///
@@ -32,63 +31,9 @@ pub fn describe_rules(rules: &RuleSet) -> String {
             out,
             "{:<32} {:<48} {}",
             rule.name(),
-            describe(rule),
+            rule.summary(),
             rule.origin()
         );
     }
     out
-}
-
-/// What one rule limits, in a few words.
-fn describe(rule: &Rule) -> String {
-    let Some(algorithm) = rule.algorithm() else {
-        return "unlimited".to_owned();
-    };
-    let quotas: Vec<String> = match algorithm {
-        Algorithm::Gcra => rule.quotas().iter().map(ToString::to_string).collect(),
-        _ => rule.quotas().iter().map(|q| q.rate().to_string()).collect(),
-    };
-    let per = match rule.per() {
-        Some(Per::Global) => "global",
-        _ => "per client",
-    };
-    let mut line = if quotas.is_empty() {
-        format!("no rate · {per}")
-    } else {
-        format!(
-            "{} · {algorithm} · cost {} · {per}",
-            quotas.join(" + "),
-            rule.cost()
-        )
-    };
-    match rule.concurrency() {
-        Some(crate::Concurrency::Fixed(n)) => {
-            let _ = write!(line, " · at most {n} in flight");
-        }
-        Some(crate::Concurrency::Adaptive(a)) => {
-            let _ = write!(line, " · adaptive concurrency {}..{}", a.min, a.max);
-        }
-        None => {}
-    }
-    if rule.is_strict() {
-        line.push_str(" · strict");
-    }
-    if let Some(shaping) = rule.shaping() {
-        if let Some(delay) = shaping.delay() {
-            let _ = write!(line, " · delay ≤ {:?}", delay.max());
-            if let Some(after) = delay.after() {
-                let _ = write!(line, " after {after}");
-            }
-        }
-        if let Some(warmup) = shaping.warmup() {
-            let _ = write!(line, " · warm-up {warmup:?}");
-        }
-    }
-    if rule.is_shadow() {
-        line.push_str(" · shadow");
-    }
-    if let Some(statuses) = rule.count_status() {
-        let _ = write!(line, " · counts {statuses}");
-    }
-    line
 }

@@ -13,7 +13,7 @@ use super::Limits;
 use crate::concurrency::{
     Acquired, Concurrency, Controller, InFlight, Permit, Sampler, SlotKey, SlotWait,
 };
-use crate::config::{Per, Rule, RuleCounters, RuleId};
+use crate::config::{Per, Rule, RuleId};
 use crate::key::Client;
 use crate::store::{BucketRef, SlotFuture, Store};
 
@@ -59,7 +59,6 @@ impl<St: Store> Limits<St> {
                         future,
                         gauge: counters.in_flight.clone(),
                         fallback: Some((Arc::clone(&self.shared.in_flight), key, n)),
-                        refused: rule.counters().cloned(),
                     });
                 }
                 (key, n, None)
@@ -98,13 +97,13 @@ impl<St: Store> Limits<St> {
             }),
             Acquired::Full if rule.is_shadow() => {
                 if let Some(c) = rule.counters() {
-                    c.shadow_limited.increment(1);
+                    c.shadow_refused(self.shared.clock.now());
                 }
                 Entry::Free
             }
             Acquired::Full => {
                 if let Some(c) = rule.counters() {
-                    c.refused_for_concurrency();
+                    c.refused_for_concurrency(self.shared.clock.now(), Some(client));
                 }
                 Entry::Full
             }
@@ -164,7 +163,6 @@ pub(crate) enum QueuedPermit {
         future: SlotFuture,
         gauge: metrics::Gauge,
         fallback: Option<(Arc<InFlight>, SlotKey, u32)>,
-        refused: Option<RuleCounters>,
     },
 }
 
@@ -192,7 +190,6 @@ impl Future for QueuedPermit {
                 future,
                 gauge,
                 fallback,
-                refused,
             } => {
                 let result = std::task::ready!(future.as_mut().poll(cx));
                 let permit = match result {
@@ -214,11 +211,6 @@ impl Future for QueuedPermit {
                         }
                     }
                 };
-                if permit.is_none()
-                    && let Some(counters) = refused.take()
-                {
-                    counters.refused_for_concurrency();
-                }
                 Poll::Ready(permit)
             }
         }

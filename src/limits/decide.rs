@@ -12,8 +12,8 @@ use crate::decision::Decision;
 use crate::key::{Client, SegmentBuffer, normalize_route};
 use crate::store::{BucketRef, CheckMode, CheckRequest, Store, StoreError};
 
-/// What the layer does with one request.
-pub(crate) enum Plan<F> {
+/// What the layer does with one request (`'r`: the request, which the client may borrow).
+pub(crate) enum Plan<'r, F> {
     /// No rule, an unlimited one, or one without a rate: pass through without headers,
     /// holding the slot of the rule's concurrency cap if it has one.
     Pass(Option<Box<Permit>>),
@@ -25,6 +25,9 @@ pub(crate) enum Plan<F> {
         decision: F,
         charge: Option<Charge>,
         permit: Option<Box<Permit>>,
+        /// When the decision was made, and for whom: what its outcome is counted under.
+        now: Timestamp,
+        client: Client<'r>,
     },
     /// The rule's concurrency cap is reached: refuse at once.
     Busy,
@@ -164,31 +167,35 @@ impl<St: Store> Limits<St> {
 
     /// Resolves `request` against `rules`, takes a slot under the rule's concurrency cap
     /// and starts its rate check: the whole per-request decision, reading the clock once.
-    pub(crate) fn plan<B>(&self, rules: &RuleSet, request: &Request<B>) -> Plan<St::Future> {
+    pub(crate) fn plan<'r, B>(
+        &self,
+        rules: &RuleSet,
+        request: &'r Request<B>,
+    ) -> Plan<'r, St::Future> {
         self.plan_with(rules, request, true)
     }
 
     /// The rate check of a request that has waited for its slot (`Plan::Queue`).
-    pub(crate) fn plan_after_slot<B>(
+    pub(crate) fn plan_after_slot<'r, B>(
         &self,
         rules: &RuleSet,
         index: usize,
-        request: &Request<B>,
+        request: &'r Request<B>,
         permit: Permit,
-    ) -> Plan<St::Future> {
+    ) -> Plan<'r, St::Future> {
         let Some(rule) = rules.rule(index) else {
             return Plan::Pass(Some(Box::new(permit)));
         };
         let client = Client::identify(request, rules.client_settings());
-        self.plan_rate(index, rule, request, &client, Some(Box::new(permit)))
+        self.plan_rate(index, rule, request, client, Some(Box::new(permit)))
     }
 
-    fn plan_with<B>(
+    fn plan_with<'r, B>(
         &self,
         rules: &RuleSet,
-        request: &Request<B>,
+        request: &'r Request<B>,
         concurrency: bool,
-    ) -> Plan<St::Future> {
+    ) -> Plan<'r, St::Future> {
         let route = normalize_route(request.uri().path(), rules.route_settings());
         let client = Client::identify(request, rules.client_settings());
         let mut buffer = SegmentBuffer::default();
@@ -211,18 +218,18 @@ impl<St: Store> Limits<St> {
         } else {
             None
         };
-        self.plan_rate(index, rule, request, &client, permit)
+        self.plan_rate(index, rule, request, client, permit)
     }
 
     /// The rate half of a plan, holding `permit` (the concurrency half's slot) throughout.
-    fn plan_rate<B>(
+    fn plan_rate<'r, B>(
         &self,
         index: usize,
         rule: &Rule,
         request: &Request<B>,
-        client: &Client<'_>,
+        client: Client<'r>,
         permit: Option<Box<Permit>>,
-    ) -> Plan<St::Future> {
+    ) -> Plan<'r, St::Future> {
         let cost = request.extensions().get::<RequestCost>().map(|cost| cost.0);
         let now = self.shared.clock.now();
         let counts_status = matches!(
@@ -237,7 +244,7 @@ impl<St: Store> Limits<St> {
         } else {
             CheckMode::Consume
         };
-        let Some(decision) = self.start_check(rule, client, mode, cost, now) else {
+        let Some(decision) = self.start_check(rule, &client, mode, cost, now) else {
             return Plan::Pass(permit);
         };
         let charge = counts_status.then(|| Charge {
@@ -249,6 +256,8 @@ impl<St: Store> Limits<St> {
             decision,
             charge,
             permit,
+            now,
+            client,
         }
     }
 

@@ -141,7 +141,7 @@ impl<St: Store> Limits<St> {
         for entry in &limited {
             if let Some(decision) = decisions[entry.at].take() {
                 let decision = decided_by(decision, entry.rule);
-                count(entry.rule, &decision);
+                count(entry.rule, &decision, now);
                 decisions[entry.at] = Some(decision);
             }
         }
@@ -203,15 +203,15 @@ fn request<'a>(entry: &'a Limited<'_>, now: Timestamp) -> Option<CheckRequest<'a
     })
 }
 
-/// Counts `decision` in `rule`'s `tollgate_requests_total`.
-fn count(rule: &Rule, decision: &Decision) {
+/// Counts `decision`, made at `now`, under `rule` (its metrics and traffic).
+fn count(rule: &Rule, decision: &Decision, now: Timestamp) {
     let Some(counters) = rule.counters() else {
         return;
     };
     match (decision.allowed(), rule.is_shadow()) {
-        (true, _) => counters.allowed.increment(1),
-        (false, true) => counters.shadow_limited.increment(1),
-        (false, false) => counters.limited.increment(1),
+        (true, _) => counters.admitted(now),
+        (false, true) => counters.shadow_refused(now),
+        (false, false) => counters.refused(now, None),
     }
 }
 

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 
 use super::poll::{self, Poller};
 use super::watch::FileWatcher;
-use super::{ReloadStatus, Reloaded, WatchError};
+use super::{ReloadEvent, ReloadStatus, Reloaded, WatchError};
 use crate::config::source::{
     Cache, ConfigSource, Fetched, Fetcher, RemoteUrl, SourceText, read_file,
 };
@@ -29,6 +29,17 @@ pub(crate) enum Trigger {
     /// Someone asked (SIGHUP, [`Limits::reload`](crate::Limits::reload)): re-read and
     /// re-fetch everything, and report even what was reported before.
     Forced,
+}
+
+impl Trigger {
+    /// How the reload history names it.
+    fn label(self) -> &'static str {
+        match self {
+            Trigger::Files => "file",
+            Trigger::Poll => "poll",
+            Trigger::Forced => "forced",
+        }
+    }
 }
 
 pub(crate) struct Reloader {
@@ -193,7 +204,7 @@ impl Reloader {
         }
         if let Some(error) = unreadable {
             state.refused = None;
-            return Err(self.refuse(&mut state, error, forced));
+            return Err(self.refuse(&mut state, error, trigger));
         }
         let texts: Vec<String> = state
             .sources
@@ -221,10 +232,11 @@ impl Reloader {
             Ok(next) => next,
             Err(diagnostics) => {
                 state.refused = Some(texts);
-                return Err(self.refuse(&mut state, ConfigError::Invalid(diagnostics), forced));
+                return Err(self.refuse(&mut state, ConfigError::Invalid(diagnostics), trigger));
             }
         };
         let retired = next.retired_since(&current);
+        let changes = next.changes_since(&current);
         let generation = next.generation();
         state.settings = next.reload().clone();
         store.configure(&next);
@@ -235,9 +247,17 @@ impl Reloader {
         state.reported = None;
         write_cache(&mut state);
         self.status.send_modify(|status| {
+            let now = SystemTime::now();
             status.generation = generation;
-            status.loaded_at = SystemTime::now();
+            status.loaded_at = now;
             status.last_error = None;
+            status.remember(ReloadEvent {
+                at: now,
+                trigger: trigger.label(),
+                generation,
+                changes,
+                error: None,
+            });
         });
         metrics::counter!("tollgate_config_reloads_total").increment(1);
         metrics::gauge!("tollgate_config_generation").set(generation as f64);
@@ -474,19 +494,27 @@ impl Reloader {
 
     /// Reports a refused reload — unless it is the one reported last and nobody forced this
     /// one — and returns it.
-    fn refuse(&self, state: &mut State, error: ConfigError, forced: bool) -> ConfigError {
+    fn refuse(&self, state: &mut State, error: ConfigError, trigger: Trigger) -> ConfigError {
         let message = error.to_string();
-        if !forced && state.reported.as_ref() == Some(&message) {
+        if trigger != Trigger::Forced && state.reported.as_ref() == Some(&message) {
             tracing::debug!("limits reload refused again, as already reported");
             return error;
         }
         state.reported = Some(message.clone());
         let mut generation = 0;
         self.status.send_modify(|status| {
-            status.last_error = Some(message);
-            status.last_error_at = Some(SystemTime::now());
+            let now = SystemTime::now();
+            status.last_error = Some(message.clone());
+            status.last_error_at = Some(now);
             status.failures += 1;
             generation = status.generation;
+            status.remember(ReloadEvent {
+                at: now,
+                trigger: trigger.label(),
+                generation,
+                changes: Vec::new(),
+                error: Some(message),
+            });
         });
         metrics::counter!("tollgate_config_reload_failures_total").increment(1);
         tracing::warn!(

@@ -73,9 +73,9 @@ use std::time::{Duration, SystemTime};
 
 pub(crate) use engine::{Reloader, Trigger};
 
-use crate::config::ConfigError;
 use crate::config::Validator;
 use crate::config::source::ConfigSource;
+use crate::config::{ConfigError, RuleChange};
 
 /// How long the watcher waits for file events to stop before re-reading.
 pub const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -110,6 +110,27 @@ pub struct ReloadStatus {
     pub failures: u64,
     /// Each source, in layering order.
     pub sources: Vec<SourceStatus>,
+    /// The last [`ReloadStatus::HISTORY`] reloads applied or refused, oldest first.
+    pub history: std::collections::VecDeque<ReloadEvent>,
+}
+
+/// One reload in [`ReloadStatus::history`]: when, why, and what it changed or why it was
+/// refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReloadEvent {
+    /// When it happened.
+    pub at: SystemTime,
+    /// What asked for it: `"file"` (a watched file changed), `"poll"` (a URL's poll) or
+    /// `"forced"` (SIGHUP, [`Limits::reload`](crate::Limits::reload)).
+    pub trigger: &'static str,
+    /// The generation active afterwards (the new one if applied).
+    pub generation: u64,
+    /// The rules it added, removed or changed (empty when refused, or when only settings
+    /// outside the rules changed).
+    pub changes: Vec<RuleChange>,
+    /// Why it was refused; `None`: applied.
+    pub error: Option<String>,
 }
 
 /// The state of one config source: a file or a URL.
@@ -136,6 +157,17 @@ pub struct SourceStatus {
 }
 
 impl ReloadStatus {
+    /// Reloads kept in [`ReloadStatus::history`].
+    pub const HISTORY: usize = 32;
+
+    /// Adds `event` to the history, dropping the oldest past [`ReloadStatus::HISTORY`].
+    pub(crate) fn remember(&mut self, event: ReloadEvent) {
+        if self.history.len() >= ReloadStatus::HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(event);
+    }
+
     pub(crate) fn new(sources: &[ConfigSource]) -> ReloadStatus {
         ReloadStatus {
             generation: 1,
@@ -157,6 +189,7 @@ impl ReloadStatus {
                     from_cache: false,
                 })
                 .collect(),
+            history: std::collections::VecDeque::new(),
         }
     }
 }

@@ -523,3 +523,94 @@ async fn a_client_trickling_its_headers_is_cut_off_and_others_are_served() {
     assert!(held < Duration::from_secs(5));
     assert_eq!(get(proxy, "/", &[]).await.status, StatusCode::OK);
 }
+
+/// `/traffic` (issue 24): per-rule counts over time, rules with the most refusals first,
+/// and who was refused. Rule names are this test's own: the traffic registry is
+/// process-wide, as the metrics are.
+#[tokio::test]
+async fn the_traffic_endpoint_counts_each_rule_over_time_and_names_who_was_refused() {
+    let config = "[limits]\n\"traffic-refusing\" = \"2/min\"\n\"traffic-passing\" = \"100/min\"\n";
+    let running = start_gateway(config, |_| {}).await;
+    let proxy = running.gateway.listen_addr();
+    for _ in 0..5 {
+        get(proxy, "/traffic-refusing", &[]).await;
+    }
+    for _ in 0..4 {
+        assert_eq!(
+            get(proxy, "/traffic-passing", &[]).await.status,
+            StatusCode::OK
+        );
+    }
+    let admin = running.gateway.admin_addr();
+    let reply = get(admin, "/traffic?rules=1000&top=5", &[]).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let traffic = json(&reply);
+    assert_eq!(traffic["resolution_secs"], 5.0);
+    assert_eq!(traffic["span_secs"], 900);
+    assert_eq!(traffic["series"].as_array().unwrap().len(), 180);
+    let rules = traffic["rules"].as_array().unwrap();
+    let at = |name: &str| rules.iter().position(|r| r["rule"] == name).unwrap();
+    let (refusing, passing) = (
+        &rules[at("traffic-refusing")],
+        &rules[at("traffic-passing")],
+    );
+    assert!(
+        at("traffic-refusing") < at("traffic-passing"),
+        "most refusals first"
+    );
+    assert_eq!(refusing["total"]["admitted"], 2);
+    assert_eq!(refusing["total"]["refused"], 3);
+    assert_eq!(passing["total"]["admitted"], 4);
+    assert_eq!(passing["total"]["refused"], 0);
+    assert_eq!(refusing["top_refused"][0]["client"], "127.0.0.1");
+    assert_eq!(refusing["top_refused"][0]["count"], 3);
+    assert!(passing["top_refused"].as_array().unwrap().is_empty());
+    // The series adds up to the totals, in slots of the last 15 minutes.
+    let refused_in_series: u64 = refusing["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|slot| slot["counts"]["refused"].as_u64().unwrap())
+        .sum();
+    assert_eq!(refused_in_series, 3);
+    let bad = get(admin, "/traffic?top=many", &[]).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}
+
+/// The reload history on `/config` (issue 24): a saved edit appears with what it changed.
+#[tokio::test]
+async fn a_config_edit_appears_in_the_reload_history_with_old_and_new_numbers() {
+    let running = start_gateway("[limits]\nhistory = \"5/min\"\n", |_| {}).await;
+    let admin = running.gateway.admin_addr();
+    let before = json(&get(admin, "/config", &[]).await);
+    assert_eq!(before["reloads"], serde_json::json!([]));
+    let file = running.config_file();
+    let temporary = file.with_extension("toml.partial");
+    std::fs::write(&temporary, "[limits]\nhistory = \"50/min\"\n").unwrap();
+    std::fs::rename(&temporary, &file).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let config = loop {
+        let config = json(&get(admin, "/config", &[]).await);
+        if config["generation"] == 2 {
+            break config;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the edit was not applied"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let reload = &config["reloads"][0];
+    assert_eq!(reload["trigger"], "file");
+    assert_eq!(reload["generation"], 2);
+    assert_eq!(reload["applied"], true);
+    assert_eq!(reload["changes"][0]["rule"], "history");
+    assert_eq!(
+        reload["changes"][0]["before"],
+        "5/1m burst 5 · gcra · cost 1 · per client"
+    );
+    assert_eq!(
+        reload["changes"][0]["after"],
+        "50/1m burst 50 · gcra · cost 1 · per client"
+    );
+}

@@ -517,3 +517,91 @@ fn a_config_replaced_by_a_directory_garbage_or_a_huge_file_changes_nothing() {
     assert_eq!(root_rate(&setup.limits), "9/1m");
     assert_eq!(setup.limits.status().last_error, None);
 }
+
+/// Saves `text` as editors that write a temporary file and rename it do: the watcher never
+/// sees half a file.
+fn save(file: &Path, text: &str) {
+    let temporary = file.with_extension("toml.partial");
+    std::fs::write(&temporary, text).unwrap();
+    std::fs::rename(&temporary, file).unwrap();
+}
+
+#[test]
+fn the_reload_history_says_what_each_save_changed_and_why_one_was_refused() {
+    let setup = watched("[limits]\n\"/\" = \"1/min\"\napi = \"5/s\"\nold = \"1/s\"\n");
+    assert!(
+        setup.limits.status().history.is_empty(),
+        "the start is no reload"
+    );
+    save(
+        &setup.file,
+        "[limits]\n\"/\" = \"1/min\"\napi = \"10/s\"\nnew = \"2/s\"\n",
+    );
+    wait_until("the edit is applied", || {
+        setup.limits.status().generation == 2
+    });
+    save(
+        &setup.file,
+        "[limits]\n\"/\" = \"1/min\"\napi = { rate = \"10/s\", burst = 0 }\n",
+    );
+    wait_until("the bad edit is refused", || {
+        setup.limits.status().last_error.is_some()
+    });
+    let history = setup.limits.status().history;
+    assert_eq!(history.len(), 2, "{history:?}");
+    let applied = &history[0];
+    assert_eq!(
+        (
+            applied.trigger,
+            applied.generation,
+            applied.error.as_deref()
+        ),
+        ("file", 2, None)
+    );
+    let said: Vec<(&str, Option<&str>, Option<&str>)> = applied
+        .changes
+        .iter()
+        .map(|c| (c.rule.as_str(), c.before.as_deref(), c.after.as_deref()))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            (
+                "api",
+                Some("5/1s burst 5 · gcra · cost 1 · per client"),
+                Some("10/1s burst 10 · gcra · cost 1 · per client")
+            ),
+            (
+                "new",
+                None,
+                Some("2/1s burst 2 · gcra · cost 1 · per client")
+            ),
+            (
+                "old",
+                Some("1/1s burst 1 · gcra · cost 1 · per client"),
+                None
+            ),
+        ]
+    );
+    let refused = &history[1];
+    assert_eq!(refused.generation, 2, "the rules in force stayed");
+    let error = refused.error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains(":3:") && error.contains("burst must be between 1"),
+        "{error}"
+    );
+    assert!(refused.changes.is_empty());
+    assert!(applied.at <= refused.at);
+    // A forced reload of the same bad file is recorded again; the history stays bounded.
+    for _ in 0..40 {
+        let _ = setup.limits.reload();
+    }
+    let history = setup.limits.status().history;
+    assert_eq!(history.len(), tollgate::reload::ReloadStatus::HISTORY);
+    assert!(
+        history
+            .iter()
+            .skip(1)
+            .all(|event| event.trigger == "forced")
+    );
+}

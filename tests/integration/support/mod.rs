@@ -120,6 +120,13 @@ pub struct RunningGateway {
     _dir: tempfile::TempDir,
 }
 
+impl RunningGateway {
+    /// The config file it watches.
+    pub fn config_file(&self) -> std::path::PathBuf {
+        self._dir.path().join("gateway.toml")
+    }
+}
+
 /// Starts the gateway with `config` written to a temporary file, listening and serving
 /// admin on free loopback ports; `configure` adjusts the options first.
 pub async fn start_gateway(

@@ -1,0 +1,283 @@
+//! Traffic over time, for the operator (SPEC §11): per rule, what happened to requests over
+//! the last 15 minutes at a few seconds' resolution ([`TrafficRing`]), and the clients it
+//! refused most ([`WindowedTop`], a bounded space-saving sketch). Both are fixed-size,
+//! whatever the traffic: a ring of slots per rule, `k` counters per third of the window.
+//!
+//! [`Traffic`] holds them by rule name, so a reload that keeps a rule keeps its history;
+//! at most [`Traffic::MAX_RULES`] rules are tracked (more is a config no chart helps with:
+//! the rest count in the total only).
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::clock::Timestamp;
+//! use tollgate::key::Client;
+//! use tollgate::traffic::{Seen, Traffic};
+//!
+//! let traffic = Traffic::new(Duration::from_secs(900), Duration::from_secs(5));
+//! let now = Timestamp::from_unix_nanos(1_767_225_600_000_000_000);
+//! let login = traffic.rule("login").unwrap();
+//! login.record(now, Seen::Admitted);
+//! login.refused(now, &Client::from_segment("203.0.113.7"));
+//! let report = traffic.report(now, 10);
+//! assert_eq!(report.total.refused, 1);
+//! assert_eq!(report.rules[0].top_refused[0].client, "203.0.113.7");
+//! ```
+
+mod heavy;
+mod ring;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use serde::Serialize;
+
+use crate::clock::Timestamp;
+use crate::key::Client;
+
+pub use heavy::{Heavy, SpaceSaving, WindowedTop};
+pub use ring::{Counts, Seen, SlotCounts, TrafficRing};
+
+/// Every rule's traffic, and the total; see the [module docs](self).
+pub struct Traffic {
+    span: Duration,
+    resolution: Duration,
+    total: Arc<TrafficRing>,
+    rules: RwLock<HashMap<Arc<str>, Arc<RuleTraffic>>>,
+}
+
+/// One rule's traffic: its ring, and its most refused clients.
+pub struct RuleTraffic {
+    name: Arc<str>,
+    ring: TrafficRing,
+    total: Arc<TrafficRing>,
+    refused: Mutex<WindowedTop<Client<'static>>>,
+}
+
+impl RuleTraffic {
+    /// Counts one request decided at `now` (in the rule's ring and the total).
+    pub fn record(&self, now: Timestamp, seen: Seen) {
+        self.ring.record(now, seen);
+        self.total.record(now, seen);
+    }
+
+    /// Counts one refusal of `client` at `now`: recorded as [`Seen::Refused`], and offered
+    /// to the rule's top refused clients (an address is copied, not formatted; a header
+    /// identity is copied once per refusal).
+    pub fn refused(&self, now: Timestamp, client: &Client<'_>) {
+        self.record(now, Seen::Refused);
+        let client = client.clone().into_owned();
+        self.refused.lock().offer(now, client);
+    }
+
+    /// The rule's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl std::fmt::Debug for RuleTraffic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleTraffic")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Traffic::report`] returns: the series of every tracked rule and of the total.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrafficReport {
+    /// Seconds per slot.
+    pub resolution_secs: f64,
+    /// Seconds covered.
+    pub span_secs: u64,
+    /// Every request's counts over the span.
+    pub total: Counts,
+    /// The total per slot, oldest first.
+    pub series: Vec<SlotCounts>,
+    /// The rules that saw traffic in the span, most refusals first.
+    pub rules: Vec<RuleReport>,
+}
+
+/// One rule in a [`TrafficReport`].
+#[derive(Clone, Debug, Serialize)]
+pub struct RuleReport {
+    /// The rule's name.
+    pub rule: String,
+    /// Its counts over the span.
+    pub total: Counts,
+    /// Per slot, oldest first.
+    pub series: Vec<SlotCounts>,
+    /// The clients it refused most over the span (approximately: see [`Heavy`]).
+    pub top_refused: Vec<Heavy>,
+}
+
+/// Counters kept per third of the window for the top refused clients.
+const TOP_CAPACITY: usize = 32;
+
+impl Traffic {
+    /// Most rules tracked one by one.
+    pub const MAX_RULES: usize = 1_000;
+
+    /// 15 minutes at 5 s: what the admin page shows.
+    pub const DEFAULT_SPAN: Duration = Duration::from_secs(900);
+    /// See [`Traffic::DEFAULT_SPAN`].
+    pub const DEFAULT_RESOLUTION: Duration = Duration::from_secs(5);
+
+    /// Empty, over `span` in slots of `resolution`.
+    pub fn new(span: Duration, resolution: Duration) -> Traffic {
+        Traffic {
+            span,
+            resolution,
+            total: Arc::new(TrafficRing::new(span, resolution)),
+            rules: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The process-wide traffic the layer and every front end record into (as metrics go
+    /// to the process's recorder): what the admin listener serves.
+    pub fn global() -> &'static Traffic {
+        static GLOBAL: std::sync::OnceLock<Traffic> = std::sync::OnceLock::new();
+        GLOBAL.get_or_init(|| Traffic::new(Traffic::DEFAULT_SPAN, Traffic::DEFAULT_RESOLUTION))
+    }
+
+    /// The traffic of the rule named `name`, made on first use; `None` past
+    /// [`Traffic::MAX_RULES`] rules.
+    pub fn rule(&self, name: &str) -> Option<Arc<RuleTraffic>> {
+        if let Some(found) = self.rules.read().get(name) {
+            return Some(Arc::clone(found));
+        }
+        let mut rules = self.rules.write();
+        if let Some(found) = rules.get(name) {
+            return Some(Arc::clone(found));
+        }
+        if rules.len() >= Traffic::MAX_RULES {
+            return None;
+        }
+        let name: Arc<str> = Arc::from(name);
+        let traffic = Arc::new(RuleTraffic {
+            name: Arc::clone(&name),
+            ring: TrafficRing::new(self.span, self.resolution),
+            total: Arc::clone(&self.total),
+            refused: Mutex::new(WindowedTop::new(self.span, TOP_CAPACITY)),
+        });
+        rules.insert(name, Arc::clone(&traffic));
+        Some(traffic)
+    }
+
+    /// Every series as of `now`, with up to `top` refused clients per rule.
+    pub fn report(&self, now: Timestamp, top: usize) -> TrafficReport {
+        let mut rules: Vec<RuleReport> = self
+            .rules
+            .read()
+            .values()
+            .filter_map(|rule| {
+                let series = rule.ring.series(now);
+                let mut total = Counts::default();
+                for slot in &series {
+                    total.merge(&slot.counts);
+                }
+                (total != Counts::default()).then(|| RuleReport {
+                    rule: rule.name.to_string(),
+                    total,
+                    series,
+                    top_refused: rule
+                        .refused
+                        .lock()
+                        .top(now, top)
+                        .into_iter()
+                        .map(|heavy| Heavy {
+                            client: heavy.client.to_string(),
+                            count: heavy.count,
+                            error: heavy.error,
+                        })
+                        .collect(),
+                })
+            })
+            .collect();
+        rules.sort_by(|a, b| {
+            (b.total.refused, b.total.shadow_refused, b.total.admitted)
+                .cmp(&(a.total.refused, a.total.shadow_refused, a.total.admitted))
+                .then_with(|| a.rule.cmp(&b.rule))
+        });
+        let series = self.total.series(now);
+        let mut total = Counts::default();
+        for slot in &series {
+            total.merge(&slot.counts);
+        }
+        TrafficReport {
+            resolution_secs: self.resolution.as_secs_f64(),
+            span_secs: self.span.as_secs(),
+            total,
+            series,
+            rules,
+        }
+    }
+}
+
+impl std::fmt::Debug for Traffic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Traffic")
+            .field("span", &self.span)
+            .field("resolution", &self.resolution)
+            .field("rules", &self.rules.read().len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, FakeClock};
+
+    #[test]
+    fn rules_are_listed_by_refusals_and_the_total_adds_them_up() {
+        let traffic = Traffic::new(Duration::from_secs(60), Duration::from_secs(5));
+        let now = FakeClock::new().now();
+        let (search, login) = (
+            traffic.rule("search").unwrap(),
+            traffic.rule("login").unwrap(),
+        );
+        for _ in 0..5 {
+            search.record(now, Seen::Admitted);
+        }
+        login.record(now, Seen::Admitted);
+        let (heavy, light) = (
+            Client::from_segment("203.0.113.7"),
+            Client::from_segment("198.51.100.1"),
+        );
+        login.refused(now, &heavy);
+        login.refused(now, &heavy);
+        login.refused(now, &light);
+        let idle = traffic.rule("idle").unwrap();
+        drop(idle);
+        let report = traffic.report(now, 5);
+        let names: Vec<&str> = report.rules.iter().map(|r| r.rule.as_str()).collect();
+        assert_eq!(
+            names,
+            ["login", "search"],
+            "most refused first; idle rules left out"
+        );
+        assert_eq!(report.total.total(), 9);
+        assert_eq!(report.total.refused, 3);
+        let top = &report.rules[0].top_refused;
+        assert_eq!((top[0].client.as_str(), top[0].count), ("203.0.113.7", 2));
+        assert_eq!(report.series.len(), 12);
+        // The same name is the same history (a reload keeps a rule's traffic).
+        assert!(Arc::ptr_eq(&login, &traffic.rule("login").unwrap()));
+    }
+
+    #[test]
+    fn the_number_of_rules_tracked_is_bounded() {
+        let traffic = Traffic::new(Duration::from_secs(60), Duration::from_secs(5));
+        for i in 0..Traffic::MAX_RULES {
+            assert!(traffic.rule(&format!("rule-{i}")).is_some());
+        }
+        assert!(traffic.rule("one-too-many").is_none());
+        assert!(
+            traffic.rule("rule-0").is_some(),
+            "known rules are still found"
+        );
+    }
+}
