@@ -327,7 +327,37 @@ async fn traffic(
     report
         .rules
         .truncate(params.rules.unwrap_or(50).clamp(1, MAX_TRAFFIC_RULES));
-    Json(report).into_response()
+    let Ok(mut value) = serde_json::to_value(&report) else {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot render the traffic",
+        )
+            .into_response();
+    };
+    // What the page links to: each active rule's path (for explain) and each refused
+    // client's bucket key (for the bucket view and forgive).
+    let rules = state.limits.rules();
+    if let Some(reports) = value.get_mut("rules").and_then(Value::as_array_mut) {
+        for report in reports {
+            let Some(rule) = report
+                .get("rule")
+                .and_then(Value::as_str)
+                .and_then(|name| rules.rules().iter().find(|rule| rule.name() == name))
+            else {
+                continue;
+            };
+            report["path"] = json!(format!("/{}", rule.key()));
+            if let Some(top) = report.get_mut("top_refused").and_then(Value::as_array_mut) {
+                for heavy in top {
+                    if let Some(client) = heavy.get("client").and_then(Value::as_str) {
+                        let bucket = rule.bucket_key(&Client::from_segment(client));
+                        heavy["bucket"] = json!(bucket);
+                    }
+                }
+            }
+        }
+    }
+    Json(value).into_response()
 }
 
 async fn buckets(

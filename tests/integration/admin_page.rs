@@ -108,3 +108,136 @@ fn the_page_answers_who_under_login_is_below_half_their_budget() {
     drop(browser);
     runtime.block_on(gateway.shutdown());
 }
+
+/// Issue 24: traffic charts, who was refused, and what a reload changed, in the browser.
+/// The rule names are this test's own (traffic is counted per process, by rule name, and
+/// other tests in this binary have rules called `login`).
+#[test]
+fn the_page_charts_traffic_names_who_was_refused_and_lists_a_config_edit() {
+    let Some(chromium) = chromium_path() else {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "chromium is required under CI (apt-get install chromium)"
+        );
+        eprintln!(
+            "SKIPPED the_page_charts_traffic_names_who_was_refused_and_lists_a_config_edit: chromium is not installed (apt-get install chromium)"
+        );
+        return;
+    };
+    let config = |search: &str| {
+        format!(
+            "[client]\nsources = [\"header:x-api-key\", \"ip\"]\n[limits]\n\"charted-login\" = \"3/day\"\n\"charted-search\" = \"{search}\"\n"
+        )
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gateway.toml");
+    std::fs::write(&file, config("1000/day")).unwrap();
+    let gateway = runtime
+        .block_on(Gateway::start(loopback_options(&file)))
+        .unwrap();
+    let (proxy, admin) = (gateway.listen_addr(), gateway.admin_addr());
+    // mallory: 3 admitted, 3 refused on charted-login; alice 2 admitted there; bob 5 on
+    // charted-search.
+    runtime.block_on(async {
+        for (key, path, times) in [
+            ("mallory", "/charted-login", 6),
+            ("alice", "/charted-login", 2),
+            ("bob", "/charted-search", 5),
+        ] {
+            for _ in 0..times {
+                get(proxy, path, &[("x-api-key", key)]).await;
+            }
+        }
+    });
+
+    let browser = Browser::launch(&chromium);
+    let mut page = browser.open(&format!("http://{admin}/"));
+    // One chart per rule, the rule with refusals first.
+    page.wait_for(
+        "a chart per rule, most refused first",
+        "(() => { const r = [...document.querySelectorAll('#charts figure')].map(f => f.dataset.rule); \
+          return r.includes('charted-login') && r.indexOf('charted-login') < r.indexOf('charted-search'); })()",
+        &Value::from(true),
+    );
+    // The charts have data: a refused line above the baseline for charted-login, an
+    // admitted one for charted-search, and the total chart too.
+    let drawn = |rule: &str, line: &str| {
+        format!(
+            "(() => {{ const p = document.querySelector('figure[data-rule=\"{rule}\"] svg polyline.{line}'); \
+               return p !== null && p.getAttribute('points').split(' ').some(xy => parseFloat(xy.split(',')[1]) < 50); }})()"
+        )
+    };
+    for (rule, line) in [
+        ("charted-login", "refused"),
+        ("charted-login", "admitted"),
+        ("charted-search", "admitted"),
+    ] {
+        assert_eq!(
+            page.eval(&drawn(rule, line)),
+            Value::from(true),
+            "{rule} {line}"
+        );
+    }
+    // The total's scale is shared with whatever else this process serves: the line is there.
+    assert_eq!(
+        page.eval("document.querySelector('figure[data-rule=\"all rules\"] svg polyline.refused') !== null"),
+        Value::from(true)
+    );
+    assert_eq!(
+        page.eval("document.querySelector('figure[data-rule=\"charted-login\"] figcaption span').textContent"),
+        Value::from("5 admitted · 3 refused")
+    );
+    // Who was refused: mallory, with links to the bucket, explain and forgive.
+    assert_eq!(
+        page.eval("[...document.querySelectorAll('figure[data-rule=\"charted-login\"] table.top tbody tr')].map(tr => tr.dataset.client)"),
+        keys(&["mallory"])
+    );
+    assert!(
+        page.eval("document.querySelector('figure[data-rule=\"charted-search\"] table.top')")
+            .is_null(),
+        "nobody was refused on charted-search"
+    );
+    page.eval(
+        "[...document.querySelectorAll('figure[data-rule=\"charted-login\"] table.top a')].find(a => a.textContent === 'bucket').click()",
+    );
+    page.wait_for(
+        "the bucket link to filter the table",
+        ROWS,
+        &keys(&["charted-login/mallory"]),
+    );
+    page.eval(
+        "[...document.querySelectorAll('figure[data-rule=\"charted-login\"] table.top a')].find(a => a.textContent === 'explain').click()",
+    );
+    page.wait_for(
+        "the explain link to explain mallory's request",
+        "(() => { const t = document.getElementById('explanation').textContent; return t.includes('\"charted-login/mallory\"'); })()",
+        &Value::from(true),
+    );
+    // Headers sort from the keyboard too.
+    page.eval("document.querySelector('th[data-sort=key]').dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter' }))");
+    page.wait_for(
+        "Enter on a header to sort by it",
+        "document.querySelector('th[data-sort=key]').getAttribute('aria-sort')",
+        &Value::from("ascending"),
+    );
+
+    // A config edit, saved as editors do, appears in the reload history with its numbers.
+    let partial = file.with_extension("toml.partial");
+    std::fs::write(&partial, config("2000/day")).unwrap();
+    std::fs::rename(&partial, &file).unwrap();
+    page.wait_for(
+        "the edit in the reload history",
+        "(() => { const c = document.querySelector('#reloads li.applied .change'); return c ? c.textContent : null; })()",
+        &Value::from(
+            "~ charted-search: 1000/1d burst 1000 · gcra · cost 1 · per client → 2000/1d burst 2000 · gcra · cost 1 · per client",
+        ),
+    );
+
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("admin-traffic.png");
+    page.screenshot(&shot);
+    eprintln!("admin page screenshot: {}", shot.display());
+    drop(browser);
+    runtime.block_on(gateway.shutdown());
+}

@@ -383,7 +383,7 @@ async fn the_admin_endpoints_answer_in_json() {
     );
 
     let page = get(admin, "/", &[]).await;
-    assert!(page.body.contains("<title>tollgate · buckets</title>"));
+    assert!(page.body.contains("<title>tollgate · admin</title>"));
     assert!(
         !page.body.contains("http://") && !page.body.contains("https://"),
         "no CDN"
