@@ -4,6 +4,7 @@
 //! cargo run --release --example gateway            # demo upstream, config/gateway.toml
 //! cargo run --release --example gateway -- --upstream http://127.0.0.1:8000 --listen 0.0.0.0:8080
 //! cargo run --release --example gateway -- --check # validate the config and print the rules
+//! cargo run --release --example gateway -- --print-schema > tollgate.schema.json
 //! ```
 //!
 //! Flags win over the config's `[gateway]` table, which wins over the defaults. SIGHUP
@@ -61,6 +62,10 @@ struct Flags {
     /// Validate the config, print the rule table (or the errors) and exit 0 or 1.
     #[arg(long)]
     check: bool,
+    /// Print the config file's JSON Schema (for editors: `#:schema ./tollgate.schema.json`
+    /// on a config's first line) and exit.
+    #[arg(long)]
+    print_schema: bool,
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
@@ -78,6 +83,19 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+
+    if flags.print_schema {
+        use std::io::Write as _;
+        let schema = tollgate::config::json_schema();
+        let text = serde_json::to_string_pretty(&schema).unwrap_or_default();
+        return match writeln!(std::io::stdout().lock(), "{text}") {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("gateway: cannot write the schema: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
 
     if flags.check {
         return match Limits::load(&flags.config) {

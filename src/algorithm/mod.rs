@@ -29,6 +29,7 @@ pub use shaping::{Delay, Shaping};
 /// | `sliding-window` | mostly: at most 2×N in any one period | no | two counts and a window start |
 /// | `fixed-window` | no: N at the end of a window and N more at the start of the next | yes: every client's budget returns at the same instant | one count and a window start |
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum Algorithm {

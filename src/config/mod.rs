@@ -31,6 +31,8 @@ mod reload;
 mod response;
 mod rule;
 mod rule_set;
+#[cfg(feature = "schema")]
+mod schema;
 mod settings;
 mod shaping;
 pub(crate) mod source;
@@ -45,6 +47,8 @@ pub use reload::{ReloadSettings, RemoteHeader};
 pub use response::{BodyTemplate, ResponseSettings};
 pub use rule::{Limit, Origin, Rule, RuleId, StatusSet};
 pub use rule_set::RuleSet;
+#[cfg(feature = "schema")]
+pub use schema::json_schema;
 pub use source::{MAX_CONFIG_BYTES, Validator};
 pub use store::{Backend, OnBackendError, RedisSettings, StoreSettings, SyncMode};
 

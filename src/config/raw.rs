@@ -16,6 +16,7 @@ use crate::algorithm::Algorithm;
 
 /// One config file.
 #[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawFile {
     #[serde(default)]
@@ -25,91 +26,135 @@ pub(crate) struct RawFile {
     #[serde(default)]
     pub(crate) response: RawResponse,
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(with = "BTreeMap<String, RawRule>"))]
     pub(crate) limits: BTreeMap<Spanned<String>, Spanned<RawRule>>,
     #[serde(default)]
     pub(crate) gateway: RawGateway,
     #[serde(default)]
     pub(crate) store: RawStore,
     /// Kept spanned: a remote document may not set it, and the error points at it.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<RawReload>"))]
     pub(crate) reload: Option<Spanned<RawReload>>,
 }
 
 /// `[reload]`: how remote documents are fetched and kept.
 #[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawReload {
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) poll_interval: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) cache_dir: Option<Spanned<String>>,
     /// `[reload.headers."host"]`: header name → environment variable holding its value.
     #[serde(default)]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "BTreeMap<String, BTreeMap<String, String>>")
+    )]
     pub(crate) headers: BTreeMap<Spanned<String>, BTreeMap<Spanned<String>, Spanned<String>>>,
 }
 
 /// `[store]`
 #[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawStore {
+    #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
     pub(crate) max_buckets: Option<Spanned<i64>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) sweep_interval: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) snapshot: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) snapshot_interval: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) backend: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<OneOrMany<String>>"))]
     pub(crate) url: Option<Spanned<OneOrMany<String>>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) key_prefix: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) timeout: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
     pub(crate) connections: Option<Spanned<i64>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) on_backend_error: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
     pub(crate) breaker_failures: Option<Spanned<i64>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) breaker_cooldown: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) sync: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) sync_interval: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) concurrency_lease: Option<Spanned<String>>,
 }
 
 /// `[gateway]`: settings of the example gateway, validated with the rest.
 #[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawGateway {
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) listen: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) upstream: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) admin: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) upstream_timeout: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) admin_token: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) resp: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) resp_password_env: Option<Spanned<String>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) grpc: Option<Spanned<String>>,
     pub(crate) grpc_response_headers: Option<bool>,
 }
 
 /// `[key]`
 #[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawKey {
     pub(crate) case_insensitive: Option<bool>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
     pub(crate) max_depth: Option<Spanned<i64>>,
 }
 
 /// `[client]`
 #[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawClient {
+    #[cfg_attr(feature = "schema", schemars(with = "Option<Vec<String>>"))]
     pub(crate) sources: Option<Spanned<Vec<Spanned<String>>>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<Vec<String>>"))]
     pub(crate) trusted_proxies: Option<Vec<Spanned<String>>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
     pub(crate) ipv6_prefix: Option<Spanned<i64>>,
 }
 
 /// `[response]`
 #[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawResponse {
+    #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
     pub(crate) status: Option<Spanned<i64>>,
     pub(crate) headers: Option<HeaderStyle>,
     pub(crate) body: Option<String>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) content_type: Option<Spanned<String>>,
 }
 
 /// Which rate-limit headers responses carry (`[response] headers`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum HeaderStyle {
@@ -136,6 +181,7 @@ impl HeaderStyle {
 
 /// `per = "client" | "global"`
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Per {
     /// One bucket per client (the default).
@@ -165,21 +211,53 @@ pub(crate) struct RawRule {
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
-struct RawRuleTable {
+pub(crate) struct RawRuleTable {
+    /// The rate, or several (all must admit): "100/min", ["10/s", "1000/h"].
+    #[cfg_attr(feature = "schema", schemars(with = "Option<OneOrMany<String>>"))]
     rate: Option<Spanned<OneOrMany<String>>>,
+    /// How many may pass at once (per rate); defaults to the rate's count.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<OneOrMany<i64>>"))]
     burst: Option<Spanned<OneOrMany<i64>>>,
+    /// Tokens each request takes (default 1).
+    #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
     cost: Option<Spanned<i64>>,
+    /// "client" (a bucket per client, the default) or "global" (one bucket for all).
     per: Option<Per>,
+    /// No limit under this prefix (no bucket, no headers).
+    #[cfg_attr(feature = "schema", schemars(with = "Option<bool>"))]
     unlimited: Option<Spanned<bool>>,
+    /// Refused requests also count: a client that keeps trying never refills.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<bool>"))]
     strict: Option<Spanned<bool>>,
+    /// Measure and report only; never refuse.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<bool>"))]
     shadow: Option<Spanned<bool>>,
+    /// "gcra" (default), "sliding-window", "fixed-window" or "sliding-log".
+    #[cfg_attr(feature = "schema", schemars(with = "Option<Algorithm>"))]
     algorithm: Option<Spanned<Algorithm>>,
+    /// Only responses with these statuses count: [401, 403, "5xx"].
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<Vec<schema_parts::StatusItem>>")
+    )]
     count_status: Option<Spanned<Vec<Spanned<toml::Value>>>>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<schema_parts::OnLimit>"))]
     on_limit: Option<Spanned<String>>,
+    /// With on_limit = "delay": the longest a request is held ("2s").
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     max_delay: Option<Spanned<String>>,
+    /// With on_limit = "delay": how many of a burst pass at once before holding starts.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
     delay_after: Option<Spanned<i64>>,
+    /// After idleness, start at a third of the rate and ramp up over this long ("30s").
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     warmup: Option<Spanned<String>>,
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<schema_parts::ConcurrencySetting>")
+    )]
     concurrency: Option<Spanned<toml::Value>>,
 }
 
@@ -270,6 +348,110 @@ where
         }
 
         deserializer.deserialize_any(OneOrManyVisitor(PhantomData))
+    }
+}
+
+/// The JSON Schema of what `RawRule`, `OneOrMany` and the values the compiler reads itself
+/// accept, written by hand where their deserialisers are (feature `schema`).
+#[cfg(feature = "schema")]
+pub(crate) mod schema_parts {
+    use std::borrow::Cow;
+
+    use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+
+    use super::{OneOrMany, RawRule, RawRuleTable};
+
+    impl JsonSchema for RawRule {
+        fn schema_name() -> Cow<'static, str> {
+            "Rule".into()
+        }
+
+        fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "description": "A rule: a rate such as \"100/min\", or a table.",
+                "anyOf": [
+                    { "type": "string", "description": "A rate: count/period, e.g. \"100/min\", \"5/10s\"." },
+                    generator.subschema_for::<RawRuleTable>()
+                ]
+            })
+        }
+    }
+
+    impl<T: JsonSchema> JsonSchema for OneOrMany<T> {
+        fn schema_name() -> Cow<'static, str> {
+            format!("OneOrMany_{}", T::schema_name()).into()
+        }
+
+        fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+            let one = generator.subschema_for::<T>();
+            json_schema!({
+                "anyOf": [one.clone(), { "type": "array", "items": one, "minItems": 1 }]
+            })
+        }
+    }
+
+    /// One entry of `count_status`: a status code (`401`) or a class (`"5xx"`).
+    pub(crate) struct StatusItem;
+
+    impl JsonSchema for StatusItem {
+        fn schema_name() -> Cow<'static, str> {
+            "StatusItem".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "description": "A status code (401) or a class (\"5xx\").",
+                "anyOf": [
+                    { "type": "integer", "minimum": 100, "maximum": 599 },
+                    { "type": "string", "pattern": "^[1-5]xx$" }
+                ]
+            })
+        }
+    }
+
+    /// `on_limit`: refuse at once (the default) or hold the request until its turn.
+    pub(crate) struct OnLimit;
+
+    impl JsonSchema for OnLimit {
+        fn schema_name() -> Cow<'static, str> {
+            "OnLimit".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "description": "What happens over the rate: \"reject\" (the default) or \"delay\" (hold until the request's turn, at most max_delay).",
+                "enum": ["reject", "delay"]
+            })
+        }
+    }
+
+    /// `concurrency`: a cap, `"adaptive"`, or a table of both kinds' numbers.
+    pub(crate) struct ConcurrencySetting;
+
+    impl JsonSchema for ConcurrencySetting {
+        fn schema_name() -> Cow<'static, str> {
+            "Concurrency".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "description": "Requests in flight at once: a number, \"adaptive\", or { limit, min, max, initial }.",
+                "anyOf": [
+                    { "type": "integer", "minimum": 1 },
+                    { "const": "adaptive" },
+                    {
+                        "type": "object",
+                        "additionalProperties": false,
+                        "properties": {
+                            "limit": { "anyOf": [{ "type": "integer", "minimum": 1 }, { "const": "adaptive" }] },
+                            "min": { "type": "integer", "minimum": 1 },
+                            "max": { "type": "integer", "minimum": 1 },
+                            "initial": { "type": "integer", "minimum": 1 }
+                        }
+                    }
+                ]
+            })
+        }
     }
 }
 

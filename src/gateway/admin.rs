@@ -4,6 +4,8 @@
 //! |---|---|
 //! | `GET /` | the introspection page (self-contained HTML, no CDN) |
 //! | `GET /healthz` | `ok` |
+//! | `GET /schema.json` | the config file's JSON Schema (what `gateway --print-schema` prints) |
+//! | `GET /openapi.json` | this API described in OpenAPI 3.1 |
 //! | `GET /config` | active rules, sources (files and URLs: last read, validator, last error), generation, loaded-at, last reload error, the last reloads (newest first: time, trigger, generation, rules added/removed/changed with old → new, or the error) |
 //! | `GET /buckets?prefix=&max_fraction=&sort=&limit=` | buckets, filtered and sorted server-side |
 //! | `DELETE /buckets/{key}` | forgive one client: drop its bucket |
@@ -11,7 +13,8 @@
 //! | `GET /traffic?rules=&top=` | per-rule traffic over the last 15 minutes in 5 s slots (admitted, refused, shadow-refused, delayed), rules with the most refusals first (at most `rules`, default 50), each with its `top` most refused clients (default 10) |
 //! | `GET /metrics` | Prometheus text |
 //!
-//! With an `admin_token`, every route but `/healthz` and the page itself needs
+//! With an `admin_token`, every route but `/healthz`, `/schema.json`, `/openapi.json` and the
+//! page itself needs
 //! `Authorization: Bearer <token>` (the page asks for the token and sends it).
 //! Times are UNIX seconds.
 
@@ -48,6 +51,9 @@ use super::server::{json_error, serve_http};
 pub const MAX_ROWS: usize = 10_000;
 
 const PAGE: &str = include_str!("admin_page.html");
+
+/// The admin API described in OpenAPI 3.1 (a test checks it names every route here).
+const OPENAPI: &str = include_str!("openapi.json");
 
 struct AdminState<St> {
     limits: Limits<St>,
@@ -88,6 +94,14 @@ pub fn router(
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/schema.json",
+            get(|| async { Json(crate::config::json_schema()) }),
+        )
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
         .merge(guarded)
         .with_state(state)
 }
@@ -521,4 +535,50 @@ fn bad_request(message: &str) -> Response {
         Json(json!({ "error": "bad_request", "message": message })),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The routes this file registers, as OpenAPI writes them (`{*key}` → `{key}`), with
+    /// their methods.
+    fn registered() -> std::collections::BTreeSet<(String, String)> {
+        let source = include_str!("admin.rs");
+        // The code, not this test's own strings.
+        let code = source.split("#[cfg(test)]").next().unwrap_or(source);
+        let mut routes = std::collections::BTreeSet::new();
+        let mut rest = code;
+        while let Some(at) = rest.find(".route(") {
+            rest = &rest[at + ".route(".len()..];
+            let Some(path) = rest.trim_start().strip_prefix('"') else {
+                continue;
+            };
+            let Some(end) = path.find('"') else { break };
+            let route = path[..end].replace("{*", "{");
+            let call = &path[end..path.find(".route(").unwrap_or(path.len())];
+            let method = if call.contains("delete(") {
+                "delete"
+            } else {
+                "get"
+            };
+            routes.insert((route, method.to_owned()));
+        }
+        routes
+    }
+
+    #[test]
+    fn the_openapi_document_describes_every_admin_route_and_no_other() {
+        let document: Value = serde_json::from_str(OPENAPI).unwrap();
+        assert_eq!(document["openapi"], "3.1.0");
+        let mut described = std::collections::BTreeSet::new();
+        for (path, operations) in document["paths"].as_object().unwrap() {
+            for method in operations.as_object().unwrap().keys() {
+                described.insert((path.clone(), method.clone()));
+            }
+        }
+        let registered = registered();
+        assert!(registered.len() >= 10, "{registered:?}");
+        assert_eq!(described, registered);
+    }
 }

@@ -85,3 +85,66 @@ fn layered_files_override_rule_by_rule() {
     assert_eq!(rules.resolve("other", "x").unwrap().origin().file, global);
     assert_eq!(rules.files(), [global, local]);
 }
+
+/// The JSON Schema (issue 24): every TOML file in `config/` is valid under it, a field the
+/// parser does not know is not, and the copy in `config/` that the files' `#:schema` lines
+/// point editors at is the one the code generates.
+#[test]
+fn the_schema_validates_every_config_file_and_refuses_an_unknown_field() {
+    let schema = tollgate::config::json_schema();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.starts_with("#:schema ./tollgate.schema.json\n"),
+            "{} names the schema for editors",
+            path.display()
+        );
+        let document: serde_json::Value = toml::from_str(&text).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&document)
+            .map(|e| format!("{}: {e}", e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+        checked += 1;
+    }
+    assert!(checked >= 3, "the TOML files in config/ were found");
+
+    for (bad, field) in [
+        ("[limits.api]\nrate = \"1/s\"\nbrust = 3\n", "brust"),
+        ("[limitz]\n", "limitz"),
+        ("[store]\nmax_bucket = 5\n", "max_bucket"),
+        (
+            "[limits]\napi = { rate = \"1/s\", concurrency = { limit = 2, maximum = 4 } }\n",
+            "maximum",
+        ),
+    ] {
+        let document: serde_json::Value = toml::from_str(bad).unwrap();
+        assert!(!validator.is_valid(&document), "the schema refuses {field}");
+        let error = Limits::from_toml(bad).unwrap_err().to_string();
+        assert!(error.contains(field), "and so does the parser: {error}");
+    }
+    // Values the schema types more narrowly than "any": an algorithm, on_limit.
+    for bad in [
+        "[limits]\napi = { rate = \"1/s\", algorithm = \"leaky\" }\n",
+        "[limits]\napi = { rate = \"1/s\", on_limit = \"wait\" }\n",
+    ] {
+        let document: serde_json::Value = toml::from_str(bad).unwrap();
+        assert!(!validator.is_valid(&document), "{bad}");
+        assert!(Limits::from_toml(bad).is_err(), "{bad}");
+    }
+
+    let shipped: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tollgate.schema.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        shipped, schema,
+        "config/tollgate.schema.json is stale: cargo run --example gateway -- --print-schema > config/tollgate.schema.json"
+    );
+}

@@ -397,7 +397,22 @@ async fn an_admin_token_guards_everything_but_health_and_the_page() {
     let admin = running.gateway.admin_addr();
     assert_eq!(get(admin, "/healthz", &[]).await.status, StatusCode::OK);
     assert_eq!(get(admin, "/", &[]).await.status, StatusCode::OK);
-    for path in ["/config", "/buckets", "/metrics", "/explain?client=x"] {
+    // The descriptions of the config and of this API are public, like the page.
+    let schema = get(admin, "/schema.json", &[]).await;
+    assert_eq!(schema.status, StatusCode::OK);
+    assert_eq!(json(&schema)["title"], "tollgate configuration");
+    let openapi = get(admin, "/openapi.json", &[]).await;
+    assert_eq!(openapi.status, StatusCode::OK);
+    assert_eq!(openapi.header("content-type"), Some("application/json"));
+    assert_eq!(json(&openapi)["openapi"], "3.1.0");
+    assert!(json(&openapi)["paths"]["/traffic"]["get"].is_object());
+    for path in [
+        "/config",
+        "/buckets",
+        "/metrics",
+        "/explain?client=x",
+        "/traffic",
+    ] {
         let refused = get(admin, path, &[]).await;
         assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{path}");
         assert_eq!(refused.header("www-authenticate"), Some("Bearer"));
