@@ -43,6 +43,7 @@ use crate::store::{
 };
 use crate::{Concurrency, Limits, Quota};
 
+use super::admin_page;
 use super::credentials::constant_time_eq;
 use super::options::DEFAULT_HEADER_READ_TIMEOUT;
 use super::server::{json_error, serve_http};
@@ -92,7 +93,7 @@ pub fn router(
         .route("/traffic", get(traffic))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
-        .route("/", get(|| async { Html(PAGE) }))
+        .route("/", get(page))
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
             "/schema.json",
@@ -195,9 +196,14 @@ fn unix_seconds(time: SystemTime) -> f64 {
 }
 
 async fn config(State(state): State<AdminState<BackendStore>>) -> Json<Value> {
+    Json(config_json(&state))
+}
+
+/// `/config`'s answer: what the page shows, too.
+fn config_json(state: &AdminState<BackendStore>) -> Value {
     let status = state.limits.status();
     let rules = state.limits.rules();
-    Json(json!({
+    json!({
         "generation": status.generation,
         "loaded_at": unix_seconds(status.loaded_at),
         "files": status.files,
@@ -209,7 +215,37 @@ async fn config(State(state): State<AdminState<BackendStore>>) -> Json<Value> {
         "rules": rules_json(&rules),
         "concurrency": concurrency_json(&state.limits, &rules),
         "reloads": status.history.iter().rev().map(reload_json).collect::<Vec<_>>(),
-    }))
+    })
+}
+
+/// The page, filled with the data of the moment (filtered as its address says), unless a
+/// token guards the data: then empty, for its script to fill once given the token.
+async fn page(
+    State(state): State<AdminState<BackendStore>>,
+    params: Result<Query<BucketParams>, axum::extract::rejection::QueryRejection>,
+) -> Html<String> {
+    if state.token.is_some() {
+        return Html(admin_page::render(PAGE, None));
+    }
+    let params = params.map(|Query(params)| params).unwrap_or_default();
+    let mut filters = Vec::new();
+    if let Some(prefix) = params.prefix.as_deref().filter(|p| !p.is_empty()) {
+        filters.push(format!("under {prefix}"));
+    }
+    if let Some(max) = params.max_fraction {
+        filters.push(format!("at most {}% of budget left", (max * 100.0).round()));
+    }
+    let buckets = match buckets_json(&state, params).await {
+        Ok(buckets) => buckets,
+        Err(_) => json!({ "limit": 0, "rows": [] }),
+    };
+    let view = admin_page::View {
+        buckets,
+        traffic: traffic_json(&state, 50, 5),
+        config: config_json(&state),
+        filters: filters.join(", "),
+    };
+    Html(admin_page::render(PAGE, Some(&view)))
 }
 
 /// One reload of the history: when, why, the generation after it, and what changed (or
@@ -310,7 +346,7 @@ pub fn rules_json(rules: &RuleSet) -> Vec<Value> {
         .collect()
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct BucketParams {
     prefix: Option<String>,
     max_fraction: Option<f64>,
@@ -337,26 +373,24 @@ async fn traffic(
         Err(rejection) => return bad_request(&rejection.body_text()),
     };
     let top = params.top.unwrap_or(10).min(MAX_TOP_CLIENTS);
+    let rules = params.rules.unwrap_or(50).clamp(1, MAX_TRAFFIC_RULES);
+    Json(traffic_json(&state, rules, top)).into_response()
+}
+
+/// `/traffic`'s answer: what the page charts, too.
+fn traffic_json(state: &AdminState<BackendStore>, rules: usize, top: usize) -> Value {
     let mut report = crate::traffic::Traffic::global().report(state.limits.now(), top);
-    report
-        .rules
-        .truncate(params.rules.unwrap_or(50).clamp(1, MAX_TRAFFIC_RULES));
-    let Ok(mut value) = serde_json::to_value(&report) else {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "cannot render the traffic",
-        )
-            .into_response();
-    };
+    report.rules.truncate(rules);
+    let mut value = serde_json::to_value(&report).unwrap_or(Value::Null);
     // What the page links to: each active rule's path (for explain) and each refused
     // client's bucket key (for the bucket view and forgive).
-    let rules = state.limits.rules();
+    let active = state.limits.rules();
     if let Some(reports) = value.get_mut("rules").and_then(Value::as_array_mut) {
         for report in reports {
             let Some(rule) = report
                 .get("rule")
                 .and_then(Value::as_str)
-                .and_then(|name| rules.rules().iter().find(|rule| rule.name() == name))
+                .and_then(|name| active.rules().iter().find(|rule| rule.name() == name))
             else {
                 continue;
             };
@@ -371,7 +405,7 @@ async fn traffic(
             }
         }
     }
-    Json(value).into_response()
+    value
 }
 
 async fn buckets(
@@ -382,40 +416,62 @@ async fn buckets(
         Ok(params) => params,
         Err(rejection) => return bad_request(&rejection.body_text()),
     };
+    match buckets_json(&state, params).await {
+        Ok(rows) => Json(rows).into_response(),
+        Err(Refusal::BadRequest(message)) => bad_request(&message),
+        Err(Refusal::Store(failure)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, failure.to_string()).into_response()
+        }
+    }
+}
+
+/// Why a bucket listing was not made.
+enum Refusal {
+    BadRequest(String),
+    Store(StoreError),
+}
+
+/// `/buckets`' answer for `params`: what the page shows, too.
+async fn buckets_json(
+    state: &AdminState<BackendStore>,
+    params: BucketParams,
+) -> Result<Value, Refusal> {
     let mut query = BucketQuery::new(state.limits.rules().clone(), state.limits.now());
     query.prefix = params.prefix.unwrap_or_default();
     if let Some(max) = params.max_fraction {
         if !(0.0..=1.0).contains(&max) {
-            return bad_request(&format!(
+            return Err(Refusal::BadRequest(format!(
                 "max_fraction must be between 0 and 1, found {max}"
-            ));
+            )));
         }
         query.max_fraction = Some(max);
     }
     if let Some(sort) = params.sort.filter(|s| !s.is_empty()) {
         match sort.parse::<BucketSort>() {
             Ok(sort) => query.sort = sort,
-            Err(message) => return bad_request(&message),
+            Err(message) => return Err(Refusal::BadRequest(message)),
         }
     }
     query.limit = params.limit.unwrap_or(100).clamp(1, MAX_ROWS);
     let limit = query.limit;
-    match state.limits.store().buckets(query).await {
-        Ok(rows) => Json(json!({
-            "limit": limit,
-            "rows": rows.iter().map(|row| json!({
-                "key": row.key,
-                "rule": row.rule,
-                "kind": row.kind,
-                "remaining": row.remaining,
-                "capacity": row.capacity,
-                "fraction": row.fraction,
-                "last_seen": row.last_seen.as_unix_nanos() as f64 / 1e9,
-            })).collect::<Vec<_>>(),
-        }))
-        .into_response(),
-        Err(failure) => (StatusCode::SERVICE_UNAVAILABLE, failure.to_string()).into_response(),
-    }
+    let rows = state
+        .limits
+        .store()
+        .buckets(query)
+        .await
+        .map_err(Refusal::Store)?;
+    Ok(json!({
+        "limit": limit,
+        "rows": rows.iter().map(|row| json!({
+            "key": row.key,
+            "rule": row.rule,
+            "kind": row.kind,
+            "remaining": row.remaining,
+            "capacity": row.capacity,
+            "fraction": row.fraction,
+            "last_seen": row.last_seen.as_unix_nanos() as f64 / 1e9,
+        })).collect::<Vec<_>>(),
+    }))
 }
 
 async fn forgive(

@@ -22,6 +22,7 @@
 //! ```
 
 pub mod admin;
+mod admin_page;
 mod credentials;
 pub mod demo;
 pub mod grpc;

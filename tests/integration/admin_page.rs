@@ -152,8 +152,34 @@ fn the_page_charts_traffic_names_who_was_refused_and_lists_a_config_edit() {
         }
     });
 
+    // The page comes with its data: charts, who was refused and the buckets read without
+    // JavaScript.
+    let served = runtime.block_on(get(admin, "/?prefix=charted-", &[]));
+    for expected in [
+        "<figure class=\"chart\" data-rule=\"charted-login\">",
+        "<polyline class=\"refused\"",
+        "<tr data-client=\"mallory\">",
+        "<tr data-key=\"charted-login/mallory\">",
+        "3 buckets under charted-",
+    ] {
+        assert!(
+            served.body.contains(expected),
+            "{expected} in {}",
+            served.body
+        );
+    }
+
     let browser = Browser::launch(&chromium);
     let mut page = browser.open(&format!("http://{admin}/"));
+    // A refresh redraws charts and tables in place: nothing below them moves.
+    let refreshed = "document.getElementById('summary').dataset.refreshed === 'yes'";
+    page.wait_for("the script's first refresh", refreshed, &Value::from(true));
+    let table_top = "Math.round(document.getElementById('buckets').getBoundingClientRect().top)";
+    let before = page.eval(table_top);
+    assert!(before.as_f64().is_some_and(|top| top > 0.0), "{before}");
+    page.eval("document.getElementById('summary').dataset.refreshed = 'no'; refresh()");
+    page.wait_for("another refresh", refreshed, &Value::from(true));
+    assert_eq!(page.eval(table_top), before, "no layout jump on refresh");
     // One chart per rule, the rule with refusals first.
     page.wait_for(
         "a chart per rule, most refused first",

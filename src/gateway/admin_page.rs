@@ -1,0 +1,376 @@
+//! The operator's page, rendered on the server with the data of the moment — the same
+//! JSON the page's script fetches — so its charts and tables read without JavaScript and
+//! do not jump when the script takes over and refreshes them.
+//!
+//! With an admin token the page is served empty: it is public, the data is not (the
+//! script asks for the token and fetches it).
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+/// The data the page opens with: `/buckets`', `/traffic`' and `/config`'s answers.
+pub(super) struct View {
+    pub(super) buckets: Value,
+    pub(super) traffic: Value,
+    pub(super) config: Value,
+    /// What filters the buckets: "under login/, at most 50% of budget left".
+    pub(super) filters: String,
+}
+
+/// `template` with its marked places filled from `view` (left empty without one).
+pub(super) fn render(template: &str, view: Option<&View>) -> String {
+    let Some(view) = view else {
+        return template.replace("<!--summary-->", "loading…");
+    };
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    template
+        .replace("<!--generation-->", &generation(&view.config, now))
+        .replace("<!--charts-->", &charts(&view.traffic))
+        .replace("<!--buckets-->", &bucket_rows(&view.buckets, now))
+        .replace("<!--summary-->", &summary(&view.buckets, &view.filters))
+        .replace("<!--reloads-->", &reloads(&view.config))
+}
+
+/// Text for HTML, in an element or a quoted attribute.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A query-string value.
+fn encode(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn number(value: &Value) -> f64 {
+    value.as_f64().unwrap_or(0.0)
+}
+
+/// "12 s ago", as the script writes it.
+fn ago(seconds: f64, now: f64) -> String {
+    let delta = (now - seconds).max(0.0);
+    if delta < 60.0 {
+        format!("{} s ago", delta.round())
+    } else if delta < 3600.0 {
+        format!("{} min ago", (delta / 60.0).round())
+    } else {
+        format!("{} h ago", (delta / 3600.0).round())
+    }
+}
+
+fn generation(config: &Value, now: f64) -> String {
+    format!(
+        "generation {} · loaded {}",
+        text(&config["generation"]),
+        ago(number(&config["loaded_at"]), now)
+    )
+}
+
+fn summary(buckets: &Value, filters: &str) -> String {
+    let rows = buckets["rows"].as_array().map_or(0, Vec::len);
+    let limit = buckets["limit"].as_u64().unwrap_or(0);
+    let mut out = format!("{rows} bucket{}", if rows == 1 { "" } else { "s" });
+    if !filters.is_empty() {
+        let _ = write!(out, " {filters}");
+    }
+    if rows as u64 >= limit && limit > 0 {
+        let _ = write!(out, " (first {limit})");
+    }
+    escape(&out)
+}
+
+fn bucket_rows(buckets: &Value, now: f64) -> String {
+    let mut out = String::new();
+    for row in buckets["rows"].as_array().into_iter().flatten() {
+        let key = escape(&text(&row["key"]));
+        let fraction = number(&row["fraction"]);
+        let class = if fraction < 0.25 {
+            "low"
+        } else if fraction < 0.5 {
+            "mid"
+        } else {
+            "high"
+        };
+        let _ = write!(
+            out,
+            "<tr data-key=\"{key}\"><td class=\"key\">{key}</td><td>{}</td><td class=\"kind\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td><span class=\"bar\"><span class=\"{class}\" style=\"width: {:.1}%;\"></span></span>{}%</td>\
+             <td>{}</td><td><button class=\"forgive\" title=\"Drop this bucket: the client starts again with a full budget\">forgive</button></td></tr>",
+            escape(&text(&row["rule"])),
+            escape(&text(&row["kind"])),
+            text(&row["remaining"]),
+            text(&row["capacity"]),
+            fraction * 100.0,
+            (fraction * 100.0).round(),
+            ago(number(&row["last_seen"]), now),
+        );
+    }
+    out
+}
+
+/// The kinds charted, as the series name them and as the page's CSS classes do.
+const LINES: [(&str, &str); 4] = [
+    ("admitted", "admitted"),
+    ("refused", "refused"),
+    ("shadow_refused", "shadow"),
+    ("delayed", "delayed"),
+];
+
+/// One small chart, drawn as the script draws it: a polyline per kind, on one scale.
+fn chart(series: &[Value], label: &str) -> String {
+    const WIDTH: f64 = 180.0;
+    const HEIGHT: f64 = 60.0;
+    let count = |slot: &Value, field: &str| number(&slot["counts"][field]);
+    let top = series
+        .iter()
+        .flat_map(|slot| LINES.iter().map(move |(field, _)| count(slot, field)))
+        .fold(1.0, f64::max);
+    let step = if series.len() > 1 {
+        WIDTH / (series.len() - 1) as f64
+    } else {
+        WIDTH
+    };
+    let mut svg = format!(
+        "<svg viewBox=\"0 0 {WIDTH} {HEIGHT}\" preserveAspectRatio=\"none\" role=\"img\" aria-label=\"{}\">\
+         <line class=\"axis\" x1=\"0\" x2=\"{WIDTH}\" y1=\"{}\" y2=\"{}\"></line>",
+        escape(label),
+        HEIGHT - 0.5,
+        HEIGHT - 0.5
+    );
+    for (field, class) in LINES {
+        if !series.iter().any(|slot| count(slot, field) > 0.0) {
+            continue;
+        }
+        let points: Vec<String> = series
+            .iter()
+            .enumerate()
+            .map(|(i, slot)| {
+                let y = HEIGHT - 1.0 - count(slot, field) / top * (HEIGHT - 4.0);
+                format!("{:.1},{:.1}", i as f64 * step, y)
+            })
+            .collect();
+        let _ = write!(
+            svg,
+            "<polyline class=\"{class}\" points=\"{}\"></polyline>",
+            points.join(" ")
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+fn totals(total: &Value) -> String {
+    let mut out = format!(
+        "{} admitted · {} refused",
+        text(&total["admitted"]),
+        text(&total["refused"])
+    );
+    if number(&total["shadow_refused"]) > 0.0 {
+        let _ = write!(out, " · {} shadow", text(&total["shadow_refused"]));
+    }
+    if number(&total["delayed"]) > 0.0 {
+        let _ = write!(out, " · {} delayed", text(&total["delayed"]));
+    }
+    out
+}
+
+fn figure(name: &str, total: &Value, series: &[Value], rule: Option<&Value>) -> String {
+    let numbers = totals(total);
+    let mut out = format!(
+        "<figure class=\"chart\" data-rule=\"{}\"><figcaption><b>{}</b><span>{}</span></figcaption>{}",
+        escape(name),
+        escape(name),
+        escape(&numbers),
+        chart(series, &format!("{name}: {numbers} in the last 15 minutes"))
+    );
+    let top = rule
+        .and_then(|rule| rule["top_refused"].as_array())
+        .filter(|top| !top.is_empty());
+    if let (Some(rule), Some(top)) = (rule, top) {
+        out.push_str(
+            "<table class=\"top\"><caption class=\"legend\">Refused most</caption><tbody>",
+        );
+        let path = rule["path"].as_str().unwrap_or("/");
+        for heavy in top {
+            let client = text(&heavy["client"]);
+            let bucket = heavy["bucket"]
+                .as_str()
+                .map_or(client.clone(), str::to_owned);
+            let error = number(&heavy["error"]);
+            let count = if error > 0.0 {
+                format!("{} (±{})", text(&heavy["count"]), text(&heavy["error"]))
+            } else {
+                text(&heavy["count"])
+            };
+            let _ = write!(
+                out,
+                "<tr data-client=\"{client_attr}\"><td class=\"key\">{client_attr}</td><td class=\"num\">{count}</td>\
+                 <td><a href=\"?prefix={bucket_query}\">bucket</a> · \
+                 <a href=\"/explain?path={path_query}&amp;client={client_query}\">explain</a> \
+                 <button class=\"forgive\">forgive</button></td></tr>",
+                client_attr = escape(&client),
+                count = escape(&count),
+                bucket_query = encode(&bucket),
+                path_query = encode(path),
+                client_query = encode(&client),
+            );
+        }
+        out.push_str("</tbody></table>");
+    }
+    out.push_str("</figure>");
+    out
+}
+
+fn charts(traffic: &Value) -> String {
+    let rules = traffic["rules"].as_array().map_or(&[][..], Vec::as_slice);
+    if rules.is_empty() {
+        return "<p id=\"no-traffic\">no traffic in the last 15 minutes</p>".to_owned();
+    }
+    let series = |value: &Value| value.as_array().map_or(Vec::new(), Clone::clone);
+    let mut out = figure(
+        "all rules",
+        &traffic["total"],
+        &series(&traffic["series"]),
+        None,
+    );
+    for rule in rules {
+        out.push_str(&figure(
+            &text(&rule["rule"]),
+            &rule["total"],
+            &series(&rule["series"]),
+            Some(rule),
+        ));
+    }
+    out
+}
+
+fn reloads(config: &Value) -> String {
+    let reloads = config["reloads"].as_array().map_or(&[][..], Vec::as_slice);
+    if reloads.is_empty() {
+        return "<li id=\"no-reloads\">no reload since start</li>".to_owned();
+    }
+    let mut out = String::new();
+    for reload in reloads {
+        let applied = reload["applied"].as_bool().unwrap_or(false);
+        let changes = reload["changes"].as_array().map_or(&[][..], Vec::as_slice);
+        let seconds = reload["at"].as_f64().unwrap_or(0.0) as u64;
+        let when = format!(
+            "{:02}:{:02}:{:02} UTC",
+            seconds / 3600 % 24,
+            seconds / 60 % 60,
+            seconds % 60
+        );
+        let outcome = match (applied, changes.is_empty()) {
+            (false, _) => " · refused, previous rules kept",
+            (true, true) => " · no rule changed",
+            (true, false) => "",
+        };
+        let _ = write!(
+            out,
+            "<li class=\"{}\">{} · {} · generation {}{}",
+            if applied { "applied" } else { "failed" },
+            when,
+            escape(&text(&reload["trigger"])),
+            text(&reload["generation"]),
+            outcome
+        );
+        if !applied {
+            let _ = write!(
+                out,
+                "<span class=\"change\">{}</span>",
+                escape(&text(&reload["error"]))
+            );
+        }
+        for change in changes {
+            let (rule, before, after) = (
+                text(&change["rule"]),
+                text(&change["before"]),
+                text(&change["after"]),
+            );
+            let line = match (change["before"].is_null(), change["after"].is_null()) {
+                (true, _) => format!("+ {rule}: {after}"),
+                (_, true) => format!("− {rule}: {before}"),
+                _ => format!("~ {rule}: {before} → {after}"),
+            };
+            let _ = write!(out, "<span class=\"change\">{}</span>", escape(&line));
+        }
+        out.push_str("</li>");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn what_clients_send_is_escaped_wherever_it_lands() {
+        let hostile = "<script>alert(1)</script>\"'&";
+        let view = View {
+            buckets: json!({ "limit": 100, "rows": [{
+                "key": format!("login/{hostile}"), "rule": "login", "kind": "gcra",
+                "remaining": 0, "capacity": 5, "fraction": 0.0, "last_seen": 0.0
+            }]}),
+            traffic: json!({ "total": { "admitted": 1, "refused": 1, "shadow_refused": 0, "delayed": 0 },
+                "series": [], "rules": [{ "rule": "login", "path": "/login",
+                "total": { "admitted": 1, "refused": 1, "shadow_refused": 0, "delayed": 0 },
+                "series": [{ "start": 0, "counts": { "admitted": 1, "refused": 1, "shadow_refused": 0, "delayed": 0 } }],
+                "top_refused": [{ "client": hostile, "bucket": format!("login/{hostile}"), "count": 1, "error": 0 }] }] }),
+            config: json!({ "generation": 2, "loaded_at": 0, "reloads": [{
+                "at": 0, "trigger": "file", "generation": 2, "applied": false,
+                "error": hostile, "changes": [] }] }),
+            filters: format!("under {hostile}"),
+        };
+        let page = render(
+            "<!--generation--><!--charts--><!--buckets--><!--summary--><!--reloads-->",
+            Some(&view),
+        );
+        assert!(!page.contains("<script>"), "{page}");
+        assert!(!page.contains("\"'&<"), "{page}");
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;&amp;"));
+        assert!(
+            page.contains("?prefix=login%2F%3Cscript%3E"),
+            "links are encoded: {page}"
+        );
+        assert!(
+            page.contains("<polyline class=\"refused\""),
+            "the chart is drawn: {page}"
+        );
+    }
+
+    #[test]
+    fn without_a_view_the_page_is_served_empty() {
+        let page = render(
+            "<tbody><!--buckets--></tbody><div id=\"summary\"><!--summary--></div>",
+            None,
+        );
+        assert_eq!(
+            page,
+            "<tbody><!--buckets--></tbody><div id=\"summary\">loading…</div>"
+        );
+    }
+}
