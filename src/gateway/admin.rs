@@ -254,6 +254,7 @@ fn reload_json(event: &crate::reload::ReloadEvent) -> Value {
     json!({
         "at": unix_seconds(event.at),
         "trigger": event.trigger,
+        "sources": event.sources,
         "generation": event.generation,
         "applied": event.error.is_none(),
         "error": event.error,

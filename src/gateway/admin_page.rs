@@ -288,12 +288,20 @@ fn reloads(config: &Value) -> String {
             (true, true) => " · no rule changed",
             (true, false) => "",
         };
+        let sources: Vec<String> = reload["sources"]
+            .as_array()
+            .map_or(Vec::new(), |sources| sources.iter().map(text).collect());
+        let trigger = if sources.is_empty() {
+            text(&reload["trigger"])
+        } else {
+            format!("{} {}", text(&reload["trigger"]), sources.join(", "))
+        };
         let _ = write!(
             out,
             "<li class=\"{}\">{} · {} · generation {}{}",
             if applied { "applied" } else { "failed" },
             when,
-            escape(&text(&reload["trigger"])),
+            escape(&trigger),
             text(&reload["generation"]),
             outcome
         );

@@ -63,6 +63,9 @@ struct State {
     sources: Vec<Tracked>,
     /// The texts the active rules were compiled from; `None` before the first apply.
     applied: Option<Vec<String>>,
+    /// Each source's text as applied (parallel to `sources`): what the reload history
+    /// compares to name the sources a reload changed.
+    applied_each: Vec<Option<String>>,
     /// The texts last refused: not compiled, nor reported, again until they change or a
     /// reload is forced.
     refused: Option<Vec<String>>,
@@ -97,6 +100,7 @@ impl Reloader {
             state: Mutex::new(State {
                 sources,
                 applied: None,
+                applied_each: Vec::new(),
                 refused: None,
                 reported: None,
                 settings,
@@ -166,6 +170,7 @@ impl Reloader {
                 .filter_map(|t| t.text.clone())
                 .collect(),
         );
+        state.applied_each = state.sources.iter().map(|t| t.text.clone()).collect();
         state.settings = rules.reload().clone();
         write_cache(&mut state);
     }
@@ -237,12 +242,14 @@ impl Reloader {
         };
         let retired = next.retired_since(&current);
         let changes = next.changes_since(&current);
+        let changed_sources = changed_sources(&state);
         let generation = next.generation();
         state.settings = next.reload().clone();
         store.configure(&next);
         rules.store(Arc::new(next));
         store.forget(&retired);
         state.applied = Some(texts);
+        state.applied_each = state.sources.iter().map(|t| t.text.clone()).collect();
         state.refused = None;
         state.reported = None;
         write_cache(&mut state);
@@ -254,6 +261,7 @@ impl Reloader {
             status.remember(ReloadEvent {
                 at: now,
                 trigger: trigger.label(),
+                sources: changed_sources,
                 generation,
                 changes,
                 error: None,
@@ -501,6 +509,7 @@ impl Reloader {
             return error;
         }
         state.reported = Some(message.clone());
+        let sources = changed_sources(state);
         let mut generation = 0;
         self.status.send_modify(|status| {
             let now = SystemTime::now();
@@ -511,6 +520,7 @@ impl Reloader {
             status.remember(ReloadEvent {
                 at: now,
                 trigger: trigger.label(),
+                sources,
                 generation,
                 changes: Vec::new(),
                 error: Some(message),
@@ -531,6 +541,20 @@ impl Tracked {
             .as_ref()
             .map(|text| SourceText::of(&self.source, text.clone()))
     }
+}
+
+/// The sources whose text differs from what is applied (a read that failed counts: its
+/// error is what the reload is about).
+fn changed_sources(state: &State) -> Vec<PathBuf> {
+    state
+        .sources
+        .iter()
+        .enumerate()
+        .filter(|(index, tracked)| {
+            state.applied_each.get(*index) != Some(&tracked.text) || tracked.text.is_none()
+        })
+        .map(|(_, tracked)| tracked.source.name().to_path_buf())
+        .collect()
 }
 
 /// Keeps the applied copy of every remote document in `[reload] cache_dir`, if set.

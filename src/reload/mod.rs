@@ -124,6 +124,8 @@ pub struct ReloadEvent {
     /// What asked for it: `"file"` (a watched file changed), `"poll"` (a URL's poll) or
     /// `"forced"` (SIGHUP, [`Limits::reload`](crate::Limits::reload)).
     pub trigger: &'static str,
+    /// The sources (paths and URLs) whose text it found changed.
+    pub sources: Vec<PathBuf>,
     /// The generation active afterwards (the new one if applied).
     pub generation: u64,
     /// The rules it added, removed or changed (empty when refused, or when only settings

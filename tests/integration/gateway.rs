@@ -624,6 +624,7 @@ async fn a_config_edit_appears_in_the_reload_history_with_old_and_new_numbers() 
     };
     let reload = &config["reloads"][0];
     assert_eq!(reload["trigger"], "file");
+    assert_eq!(reload["sources"][0], file.display().to_string());
     assert_eq!(reload["generation"], 2);
     assert_eq!(reload["applied"], true);
     assert_eq!(reload["changes"][0]["rule"], "history");

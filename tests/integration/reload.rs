@@ -558,6 +558,11 @@ fn the_reload_history_says_what_each_save_changed_and_why_one_was_refused() {
         ),
         ("file", 2, None)
     );
+    assert_eq!(
+        applied.sources,
+        [setup.file.clone()],
+        "the file that changed"
+    );
     let said: Vec<(&str, Option<&str>, Option<&str>)> = applied
         .changes
         .iter()
