@@ -560,7 +560,7 @@ fn the_reload_history_says_what_each_save_changed_and_why_one_was_refused() {
     );
     assert_eq!(
         applied.sources,
-        [setup.file.clone()],
+        std::slice::from_ref(&setup.file),
         "the file that changed"
     );
     let said: Vec<(&str, Option<&str>, Option<&str>)> = applied
