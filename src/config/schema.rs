@@ -10,7 +10,8 @@
 
 use super::raw::RawFile;
 
-/// The JSON Schema (draft 2020-12) of a tollgate config file.
+/// The JSON Schema of a tollgate config file, in draft-07: the draft every editor's
+/// validator reads (taplo's among them).
 ///
 /// ```
 /// let schema = tollgate::config::json_schema();
@@ -19,7 +20,8 @@ use super::raw::RawFile;
 /// assert!(schema["properties"]["limits"].is_object());
 /// ```
 pub fn json_schema() -> serde_json::Value {
-    let mut schema = schemars::schema_for!(RawFile);
+    let generator = schemars::generate::SchemaSettings::draft07().into_generator();
+    let mut schema = generator.into_root_schema_for::<RawFile>();
     schema.insert("title".into(), "tollgate configuration".into());
     schema.insert(
         "description".into(),
