@@ -55,13 +55,13 @@ pub struct SpaceSaving<K> {
 }
 
 impl<K: Hash + Eq + Clone> SpaceSaving<K> {
-    /// A sketch of `capacity` counters (at least one).
+    /// A sketch of `capacity` counters (at least one). Nothing is allocated until the
+    /// first client is counted: a rule nobody is refused by costs no counters.
     pub fn new(capacity: usize) -> SpaceSaving<K> {
-        let capacity = capacity.max(1);
         SpaceSaving {
-            capacity,
-            entries: Vec::with_capacity(capacity),
-            index: Index::with_capacity_and_hasher(capacity, Default::default()),
+            capacity: capacity.max(1),
+            entries: Vec::new(),
+            index: Index::default(),
         }
     }
 
