@@ -276,6 +276,11 @@ impl Reloader {
     /// The status as last reported, with `generation` as the active rules' own.
     pub(crate) fn status(&self, generation: u64) -> ReloadStatus {
         let mut status = self.status.borrow().clone();
+        // The rules are swapped in a moment before the status says so: an error recorded
+        // under an older generation is one the apply in progress clears.
+        if status.generation < generation {
+            status.last_error = None;
+        }
         status.generation = generation;
         status
     }
