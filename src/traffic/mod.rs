@@ -174,10 +174,7 @@ impl Traffic {
             .values()
             .filter_map(|rule| {
                 let series = rule.ring.series(now);
-                let mut total = Counts::default();
-                for slot in &series {
-                    total.merge(&slot.counts);
-                }
+                let total = Counts::of(&series);
                 (total != Counts::default()).then(|| RuleReport {
                     rule: rule.name.to_string(),
                     total,
@@ -202,10 +199,7 @@ impl Traffic {
                 .then_with(|| a.rule.cmp(&b.rule))
         });
         let series = self.total.series(now);
-        let mut total = Counts::default();
-        for slot in &series {
-            total.merge(&slot.counts);
-        }
+        let total = Counts::of(&series);
         TrafficReport {
             resolution_secs: self.resolution.as_secs_f64(),
             span_secs: self.span.as_secs(),

@@ -107,6 +107,26 @@ impl Counts {
         self.add(Seen::Delayed, other.delayed);
     }
 
+    /// The slots' counts added up.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::clock::Timestamp;
+    /// use tollgate::traffic::{Counts, Seen, TrafficRing};
+    ///
+    /// let ring = TrafficRing::new(Duration::from_secs(60), Duration::from_secs(10));
+    /// let now = Timestamp::from_unix_nanos(1_000_000_000_000);
+    /// ring.record(now, Seen::Delayed);
+    /// assert_eq!(Counts::of(&ring.series(now)).delayed, 1);
+    /// ```
+    pub fn of(slots: &[SlotCounts]) -> Counts {
+        let mut sum = Counts::default();
+        for slot in slots {
+            sum.merge(&slot.counts);
+        }
+        sum
+    }
+
     /// Requests decided: admitted, refused and shadow-refused (delayed requests are among
     /// the admitted).
     pub fn total(&self) -> u64 {
@@ -219,11 +239,7 @@ impl TrafficRing {
 
     /// The counts of the whole span ending at `now`.
     pub fn sum(&self, now: Timestamp) -> Counts {
-        let mut sum = Counts::default();
-        for slot in self.series(now) {
-            sum.merge(&slot.counts);
-        }
-        sum
+        Counts::of(&self.series(now))
     }
 
     fn slot(&self, number: u64) -> Option<&Slot> {

@@ -22,21 +22,30 @@ api = "10/day"
 /// The keys shown in the page's table, in order.
 const ROWS: &str = "[...document.querySelectorAll('#buckets tbody tr')].map(r => r.dataset.key)";
 
+/// Debian's Chromium, or `None` after saying loudly that `test` is skipped; under
+/// `CI=true` a missing Chromium fails the test instead.
+fn chromium_or_skip(test: &str) -> Option<std::path::PathBuf> {
+    let found = chromium_path();
+    if found.is_none() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "chromium is required under CI (apt-get install chromium)"
+        );
+        eprintln!("SKIPPED {test}: chromium is not installed (apt-get install chromium)");
+    }
+    found
+}
+
 fn keys(keys: &[&str]) -> Value {
     Value::from(keys.iter().map(|k| Value::from(*k)).collect::<Vec<_>>())
 }
 
 #[test]
 fn the_page_answers_who_under_login_is_below_half_their_budget() {
-    let Some(chromium) = chromium_path() else {
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "chromium is required under CI (apt-get install chromium)"
-        );
-        eprintln!(
-            "SKIPPED the_page_answers_who_under_login_is_below_half_their_budget: chromium is not installed (apt-get install chromium)"
-        );
+    let Some(chromium) =
+        chromium_or_skip("the_page_answers_who_under_login_is_below_half_their_budget")
+    else {
         return;
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -114,15 +123,9 @@ fn the_page_answers_who_under_login_is_below_half_their_budget() {
 /// other tests in this binary have rules called `login`).
 #[test]
 fn the_page_charts_traffic_names_who_was_refused_and_lists_a_config_edit() {
-    let Some(chromium) = chromium_path() else {
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "chromium is required under CI (apt-get install chromium)"
-        );
-        eprintln!(
-            "SKIPPED the_page_charts_traffic_names_who_was_refused_and_lists_a_config_edit: chromium is not installed (apt-get install chromium)"
-        );
+    let Some(chromium) =
+        chromium_or_skip("the_page_charts_traffic_names_who_was_refused_and_lists_a_config_edit")
+    else {
         return;
     };
     let config = |search: &str| {
