@@ -429,3 +429,46 @@ async fn with_axum_bodies_a_slot_is_held_until_the_body_ends_and_refusals_are_un
     assert_eq!(&body[..], br#"{"error":"rate_limited","retry_after":30}"#);
     assert!(limits.in_flight().is_empty());
 }
+
+/// A refusal by a cap shared through Redis is counted once (it was counted twice: once
+/// where the shared slot was refused, once where the layer refused the request).
+#[tokio::test]
+async fn a_refusal_by_a_shared_cap_is_counted_once() {
+    let Some(server) = crate::support::redis::RedisServer::start("shared cap counted once") else {
+        return;
+    };
+    let toml = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"counted:\"\n\
+         [limits]\n\"counted-cap\" = {{ concurrency = 1 }}\n",
+        server.url()
+    );
+    let limits = tollgate::Limits::builder()
+        .store(tollgate::store::BackendStore::new())
+        .from_toml(&toml)
+        .unwrap();
+    let gate = Arc::new(Semaphore::new(0));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = layered_with(&limits, &gate, &calls);
+    let request = || {
+        let mut request = Request::get("/counted-cap").body(()).unwrap();
+        request
+            .extensions_mut()
+            .insert(PeerAddr("192.0.2.9:1".parse().unwrap()));
+        request
+    };
+    let held = service.clone().oneshot(request()).await.unwrap();
+    assert_eq!(held.status(), StatusCode::OK);
+    let refused = service.clone().oneshot(request()).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let report = tollgate::traffic::Traffic::global().report(limits.now(), 5);
+    let rule = report
+        .rules
+        .iter()
+        .find(|r| r.rule == "counted-cap")
+        .expect("the rule's traffic");
+    // (A rule with a cap and no rate counts its refusals only: passing it decides no rate.)
+    assert_eq!(rule.total.refused, 1);
+    assert_eq!(rule.top_refused[0].client, "192.0.2.9");
+    gate.add_permits(1);
+    held.into_body().collect().await.unwrap();
+}
