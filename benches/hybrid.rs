@@ -16,9 +16,7 @@
     missing_docs
 )]
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../tests/integration/support/redis.rs"]
-mod redis;
+use tollgate_testkit::redis;
 
 #[allow(dead_code, unreachable_pub)]
 #[path = "../tests/integration/support/hybrid_sim.rs"]

@@ -15,9 +15,7 @@
     missing_docs
 )]
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../tests/integration/support/redis.rs"]
-mod redis_server;
+use tollgate_testkit::redis as redis_server;
 
 use std::process::Command;
 use std::sync::Arc;
@@ -120,7 +118,7 @@ fn main() {
     let trivial = "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"; // SHA1 of "return 1"
     // tollgate's own script (loaded by the warm-up decision), sent raw by redis-benchmark
     // with the arguments of a `1000000/s` GCRA decision: the server's share of the cost.
-    let decide = redis::Script::new(include_str!("../src/store/redis/decide.lua"));
+    let decide = redis::Script::new(include_str!("../src/store/redis/scripts/decide.lua"));
     let decide_args = [
         "1",
         "bench:{__rand_int__}c",

@@ -16,13 +16,7 @@
     missing_docs
 )]
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../tests/integration/support/redis.rs"]
-mod redis;
-
-#[allow(dead_code, unreachable_pub)]
-#[path = "../tests/integration/support/cluster.rs"]
-mod cluster;
+use tollgate_testkit::{cluster, redis};
 
 use std::time::{Duration, Instant};
 

@@ -1,13 +1,14 @@
-//! The token bucket, as GCRA arithmetic over an injected `now` (SPEC §3).
+//! The token bucket, as GCRA arithmetic over an injected `now`.
 //!
 //! # Why this engine is ours and not governor's
 //!
 //! governor supplies this crate's [`Quota`](crate::Quota) semantics and clocks, but its
-//! limiters cannot express what the SPEC requires of a decision:
+//! limiters cannot express what tollgate promises of a decision (README, "How buckets
+//! work"):
 //!
 //! - **several quotas admitted atomically** (`rate = ["100/min", "5/s"]`): governor checks
 //!   one quota per state cell; checking two limiters in turn takes from the first when the
-//!   second denies, which SPEC §3 forbids;
+//!   second denies, and a refused request must take nothing;
 //! - **caller timestamps** (`check_at`, replaying logs in any order) and **peek** (state
 //!   without consuming): governor always reads its own clock and always consumes;
 //! - **exact remaining / reset / next-token figures** for the `RateLimit` headers, from the

@@ -1,4 +1,4 @@
-//! Window counters: `sliding-window` and `fixed-window` (SPEC §3), pure arithmetic over an
+//! Window counters: `sliding-window` and `fixed-window`, pure arithmetic over an
 //! injected `now`.
 //!
 //! Windows are aligned to the UNIX epoch: window `k` of a quota with period `P` covers

@@ -1,7 +1,7 @@
 //! Concurrency limits: at most `N` requests in flight per bucket (`concurrency = N`), or a
 //! limit that follows the upstream (`concurrency = "adaptive"`).
 //!
-//! - [`slots`]: the in-flight table and its guards ([`Slot`]), with a queue in arrival
+//! - `slots`: the in-flight table and its guards ([`Slot`]), with a queue in arrival
 //!   order for rules that may wait (`on_limit = "delay"`).
 //! - [`adaptive`]: the gradient controller and its baseline probes, pure arithmetic over
 //!   injected times.

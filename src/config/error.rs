@@ -1,4 +1,4 @@
-//! Config errors that say where: file, line, column, and what is wrong (SPEC §3, §5).
+//! Config errors that say where: file, line, column, and what is wrong.
 
 use std::fmt;
 use std::io;

@@ -1,8 +1,8 @@
-//! Limits as people write them: TOML files (SPEC §3), parsed, validated and compiled.
+//! Limits as people write them: TOML files, parsed, validated and compiled.
 //!
 //! The pipeline, one file a stage: `source` reads the texts (a file today) →
 //! `raw` parses each into serde structs that keep spans → `settings` folds the settings
-//! tables (`[key]`, `[client]`, `[response]`, `[gateway]`, `[store]`) over the files in order
+//! tables (`[key]`, `[client]`, `[response]`, `[store]`, `[reload]`) over the files in order
 //! → `compile` validates every rule into a [`Limit`] and assembles the immutable
 //! [`RuleSet`], whose `prefix` trie finds a request's [`Rule`]; `explain` shows that search
 //! step by step. Every problem is reported at once, with file, line and column
@@ -19,37 +19,33 @@
 
 mod changes;
 mod compile;
-mod concurrency;
 #[cfg(feature = "yaml")]
 mod envoy_yaml;
 mod error;
 mod explain;
-mod gateway;
+pub mod extension;
 mod prefix;
 mod raw;
-mod reload;
-mod response;
 mod rule;
 mod rule_set;
 #[cfg(feature = "schema")]
 mod schema;
 mod settings;
-mod shaping;
 pub(crate) mod source;
-mod store;
 
 pub use changes::RuleChange;
 pub use error::{ConfigError, Diagnostic};
 pub use explain::{Explanation, Step};
-pub use gateway::{GatewaySettings, parse_upstream};
+pub use extension::{Document, Extension};
 pub use raw::{HeaderStyle, Per};
-pub use reload::{ReloadSettings, RemoteHeader};
-pub use response::{BodyTemplate, ResponseSettings};
 pub use rule::{Limit, Origin, Rule, RuleId, StatusSet};
 pub use rule_set::RuleSet;
 #[cfg(feature = "schema")]
 pub use schema::json_schema;
+pub use settings::{
+    Backend, BodyTemplate, OnBackendError, RedisSettings, ReloadSettings, RemoteHeader,
+    ResponseSettings, StoreSettings, SyncMode,
+};
 pub use source::{MAX_CONFIG_BYTES, Validator};
-pub use store::{Backend, OnBackendError, RedisSettings, StoreSettings, SyncMode};
 
 pub use crate::quota::{Rate, RateError, parse_duration};

@@ -1,5 +1,5 @@
 //! Rule keys as a trie of segments: finding a request's rule is one hash probe per route
-//! segment plus at most one for the client, however many rules there are (SPEC §2, §3).
+//! segment plus at most one for the client, however many rules there are.
 
 use std::borrow::Cow;
 
@@ -42,7 +42,6 @@ impl PrefixTable {
     }
 
     /// Whether some rule key starts with the segment `first`.
-    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
     pub(super) fn has_first_segment(&self, first: &str) -> bool {
         self.nodes
             .first()

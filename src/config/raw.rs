@@ -14,10 +14,11 @@ use toml::Spanned;
 
 use crate::algorithm::Algorithm;
 
-/// One config file.
+/// One config file. Unknown tables are refused by `compile`, which also knows the tables
+/// an embedding program's [`Extension`](super::Extension)s own.
 #[derive(Debug, Default, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", schemars(deny_unknown_fields))]
 pub(crate) struct RawFile {
     #[serde(default)]
     pub(crate) key: RawKey,
@@ -29,12 +30,16 @@ pub(crate) struct RawFile {
     #[cfg_attr(feature = "schema", schemars(with = "BTreeMap<String, RawRule>"))]
     pub(crate) limits: BTreeMap<Spanned<String>, Spanned<RawRule>>,
     #[serde(default)]
-    pub(crate) gateway: RawGateway,
-    #[serde(default)]
     pub(crate) store: RawStore,
     /// Kept spanned: a remote document may not set it, and the error points at it.
     #[cfg_attr(feature = "schema", schemars(with = "Option<RawReload>"))]
     pub(crate) reload: Option<Spanned<RawReload>>,
+}
+
+impl RawFile {
+    /// The top-level tables tollgate reads.
+    pub(crate) const TABLES: [&'static str; 6] =
+        ["key", "client", "response", "limits", "store", "reload"];
 }
 
 /// `[reload]`: how remote documents are fetched and kept.
@@ -90,30 +95,6 @@ pub(crate) struct RawStore {
     pub(crate) sync_interval: Option<Spanned<String>>,
     #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) concurrency_lease: Option<Spanned<String>>,
-}
-
-/// `[gateway]`: settings of the example gateway, validated with the rest.
-#[derive(Debug, Default, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawGateway {
-    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
-    pub(crate) listen: Option<Spanned<String>>,
-    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
-    pub(crate) upstream: Option<Spanned<String>>,
-    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
-    pub(crate) admin: Option<Spanned<String>>,
-    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
-    pub(crate) upstream_timeout: Option<Spanned<String>>,
-    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
-    pub(crate) admin_token: Option<Spanned<String>>,
-    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
-    pub(crate) resp: Option<Spanned<String>>,
-    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
-    pub(crate) resp_password_env: Option<Spanned<String>>,
-    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
-    pub(crate) grpc: Option<Spanned<String>>,
-    pub(crate) grpc_response_headers: Option<bool>,
 }
 
 /// `[key]`
@@ -495,9 +476,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown field `brust`"), "{err}");
-        let err = toml::from_str::<RawFile>("[limitz]\n")
+        // Top-level tables are checked by `compile`, which also knows extensions' tables.
+        let err = crate::config::RuleSet::from_toml("[limitz]\n")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("unknown field `limitz`"), "{err}");
+        assert!(
+            err.starts_with(
+                "<inline>:1:2: unknown field `limitz`, expected one of `key`, `client`"
+            ),
+            "{err}"
+        );
     }
 }

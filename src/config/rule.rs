@@ -1,6 +1,6 @@
 //! One compiled rule: its key and identity, what it limits, where it was written, and what
-//! is computed once for it so that requests do not (the `RateLimit-Policy` values, the
-//! metric handles).
+//! is computed once for it so that requests do not (the `RateLimit-Policy` values). Plain
+//! data: what is counted for a rule belongs to the limiter enforcing it.
 
 use std::fmt;
 use std::fmt::Write as _;
@@ -10,10 +10,8 @@ use std::sync::Arc;
 use http::HeaderValue;
 
 use crate::algorithm::Algorithm;
-use crate::clock::Timestamp;
 use crate::key::Client;
 use crate::quota::Quota;
-use crate::traffic::{RuleTraffic, Seen, Traffic};
 
 use super::raw::Per;
 
@@ -49,116 +47,6 @@ pub struct Rule {
     origin: Origin,
     policy_name: String,
     policies: Vec<HeaderValue>,
-    /// `None` for unlimited rules, which count nothing.
-    counters: Option<RuleCounters>,
-}
-
-/// Handles to the rule's request counters, made once when the rule is compiled so that
-/// counting a request is an atomic add (no label strings built per request). They bind to
-/// the `metrics` recorder installed at that moment; without one they are no-ops.
-#[derive(Clone)]
-pub(crate) struct RuleCounters {
-    allowed: metrics::Counter,
-    limited: metrics::Counter,
-    shadow_limited: metrics::Counter,
-    /// `on_limit = "delay"`: requests held, and for how long.
-    delayed: metrics::Counter,
-    delay: metrics::Histogram,
-    /// Rules with a `concurrency` cap only.
-    pub(crate) concurrency: Option<ConcurrencyCounters>,
-    /// The rule's traffic over time, for the admin page (`None` past the rules tracked).
-    traffic: Option<Arc<RuleTraffic>>,
-}
-
-/// Counting an outcome: the rule's metrics, and its traffic over time.
-impl RuleCounters {
-    /// A request admitted at `now`.
-    pub(crate) fn admitted(&self, now: Timestamp) {
-        self.allowed.increment(1);
-        self.seen(now, Seen::Admitted);
-    }
-
-    /// A request admitted at `now` and held `delay` first.
-    pub(crate) fn held(&self, now: Timestamp, delay: std::time::Duration) {
-        self.admitted(now);
-        self.delayed.increment(1);
-        self.delay.record(delay.as_secs_f64());
-        self.seen(now, Seen::Delayed);
-    }
-
-    /// A request a shadow rule would have refused at `now` (it passed).
-    pub(crate) fn shadow_refused(&self, now: Timestamp) {
-        self.shadow_limited.increment(1);
-        self.seen(now, Seen::ShadowRefused);
-    }
-
-    /// A request refused at `now`; `client`, when known, joins the rule's most refused.
-    pub(crate) fn refused(&self, now: Timestamp, client: Option<&Client<'_>>) {
-        self.limited.increment(1);
-        let Some(traffic) = &self.traffic else {
-            return;
-        };
-        match client {
-            Some(client) => traffic.refused(now, client),
-            None => traffic.record(now, Seen::Refused),
-        }
-    }
-
-    /// A request refused by the rule's concurrency cap at `now`: refused, and refused for
-    /// concurrency.
-    pub(crate) fn refused_for_concurrency(&self, now: Timestamp, client: Option<&Client<'_>>) {
-        self.refused(now, client);
-        if let Some(concurrency) = &self.concurrency {
-            concurrency.refused.increment(1);
-        }
-    }
-
-    fn seen(&self, now: Timestamp, seen: Seen) {
-        if let Some(traffic) = &self.traffic {
-            traffic.record(now, seen);
-        }
-    }
-}
-
-/// A concurrency cap's metrics: in flight now, the cap, and requests it refused.
-#[derive(Clone)]
-pub(crate) struct ConcurrencyCounters {
-    pub(crate) in_flight: metrics::Gauge,
-    pub(crate) limit: metrics::Gauge,
-    pub(crate) refused: metrics::Counter,
-}
-
-impl RuleCounters {
-    fn new(name: &str, concurrency: Option<crate::Concurrency>) -> RuleCounters {
-        let name: Arc<str> = Arc::from(name);
-        let concurrency = concurrency.map(|cap| {
-            let counters = ConcurrencyCounters {
-                in_flight: metrics::gauge!("tollgate_in_flight", "rule" => Arc::clone(&name)),
-                limit: metrics::gauge!("tollgate_concurrency_limit", "rule" => Arc::clone(&name)),
-                refused: metrics::counter!("tollgate_concurrency_refused_total", "rule" => Arc::clone(&name)),
-            };
-            counters.limit.set(f64::from(match cap {
-                crate::Concurrency::Fixed(n) => n,
-                crate::Concurrency::Adaptive(settings) => settings.min,
-            }));
-            counters
-        });
-        RuleCounters {
-            allowed: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "allowed"),
-            limited: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "limited"),
-            shadow_limited: metrics::counter!("tollgate_requests_total", "rule" => Arc::clone(&name), "outcome" => "shadow_limited"),
-            delayed: metrics::counter!("tollgate_delayed_total", "rule" => Arc::clone(&name)),
-            delay: metrics::histogram!("tollgate_delay_seconds", "rule" => Arc::clone(&name)),
-            concurrency,
-            traffic: Traffic::global().rule(&name),
-        }
-    }
-}
-
-impl fmt::Debug for RuleCounters {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("RuleCounters")
-    }
 }
 
 /// What a rule does.
@@ -282,10 +170,6 @@ impl Rule {
                 })
                 .collect(),
         };
-        let counters = match &limit {
-            Limit::Limited { concurrency, .. } => Some(RuleCounters::new(&name, *concurrency)),
-            Limit::Unlimited => None,
-        };
         Rule {
             key,
             name,
@@ -294,7 +178,6 @@ impl Rule {
             origin,
             policy_name,
             policies,
-            counters,
         }
     }
 
@@ -502,11 +385,6 @@ impl Rule {
     /// Whether the rule limits nothing (`unlimited = true`).
     pub fn is_unlimited(&self) -> bool {
         matches!(self.limit, Limit::Unlimited)
-    }
-
-    /// The rule's request counters (limited rules only).
-    pub(crate) fn counters(&self) -> Option<&RuleCounters> {
-        self.counters.as_ref()
     }
 
     /// The precomputed `RateLimit-Policy` value for quota `index`.

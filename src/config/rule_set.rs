@@ -1,17 +1,14 @@
 //! [`RuleSet`]: the whole compiled configuration, immutable, and how a request finds its
 //! rule in it.
 
+use std::any::Any;
 use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::gateway::GatewaySettings;
 use super::prefix::PrefixTable;
-use super::reload::ReloadSettings;
-use super::response::ResponseSettings;
 use super::rule::{Rule, RuleId};
-use super::settings::Settings;
-use super::store::StoreSettings;
+use super::settings::{ReloadSettings, ResponseSettings, Settings, StoreSettings};
 use crate::key::{ClientSettings, RouteSettings};
 
 /// The whole active configuration: rules, and how keys and responses are made.
@@ -38,7 +35,6 @@ pub struct RuleSet {
     route: RouteSettings,
     client: ClientSettings,
     response: Arc<ResponseSettings>,
-    gateway: GatewaySettings,
     store: StoreSettings,
     reload: ReloadSettings,
     files: Vec<PathBuf>,
@@ -49,6 +45,8 @@ pub struct RuleSet {
     /// itself, so whoever sees these rules sees their generation: no reader can catch a
     /// new set under an old number.
     generation: u64,
+    /// What the embedding program's [`Extension`](super::Extension)s made of their tables.
+    extensions: Vec<Arc<dyn Any + Send + Sync>>,
 }
 
 impl RuleSet {
@@ -66,13 +64,18 @@ impl RuleSet {
             route: settings.route,
             client: settings.client,
             response: Arc::new(settings.response),
-            gateway: settings.gateway,
             store: settings.store,
             reload: settings.reload,
             files,
             next_id,
             generation,
+            extensions: Vec::new(),
         }
+    }
+
+    /// Keeps what the extensions made of their tables.
+    pub(super) fn extended(&mut self, outputs: Vec<Arc<dyn Any + Send + Sync>>) {
+        self.extensions = outputs;
     }
 
     /// The next rule id a recompile may hand out.
@@ -95,10 +98,17 @@ impl RuleSet {
             .and_then(|index| self.rules.get(index))
     }
 
-    /// Whether some rule's key starts with the segment `first` (already normalised): a
-    /// bounded label for metrics named after what callers send.
-    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
-    pub(crate) fn has_rules_under(&self, first: &str) -> bool {
+    /// Whether some rule's key starts with the segment `first` (already normalised). A
+    /// front end naming metrics after what its callers send (an Envoy domain, say) labels
+    /// with it only names that rules know, so a caller cannot grow the label set.
+    ///
+    /// ```
+    /// let rules = tollgate::config::RuleSet::from_toml("[limits]\n\"edge/api\" = \"5/s\"\n")?;
+    /// assert!(rules.has_rules_under("edge"));
+    /// assert!(!rules.has_rules_under("api"));
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn has_rules_under(&self, first: &str) -> bool {
         self.table.has_first_segment(first)
     }
 
@@ -138,9 +148,13 @@ impl RuleSet {
         &self.response
     }
 
-    /// The `[gateway]` table.
-    pub fn gateway(&self) -> &GatewaySettings {
-        &self.gateway
+    /// What an [`Extension`](super::Extension) registered on the limiter made of its table
+    /// for these rules: the first of its outputs that is a `T`. See
+    /// [`config::extension`](super::extension).
+    pub fn extension<T: Any>(&self) -> Option<&T> {
+        self.extensions
+            .iter()
+            .find_map(|output| output.downcast_ref::<T>())
     }
 
     /// The `[store]` table.

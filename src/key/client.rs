@@ -1,4 +1,4 @@
-//! The client half of a request key: who is asking (SPEC §2).
+//! The client half of a request key: who is asking.
 //!
 //! The first source in `[client] sources` that is present wins (default `["ip"]`):
 //!
@@ -206,7 +206,7 @@ const SEGMENT_UNSAFE: &AsciiSet = &CONTROLS.add(b' ').add(b'/').add(b'%');
 /// of only dots (`.`, `..`) is written `%2E`, `%2E%2E`, so it means itself, not a step.
 /// Borrows when nothing needs encoding.
 ///
-/// A rule key written in config is percent-decoded once (SPEC §2), so a rule for the
+/// A rule key written in config is percent-decoded once, so a rule for the
 /// encoded segment `a%2Fb` is written `a%252Fb`.
 ///
 /// ```

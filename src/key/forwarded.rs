@@ -1,4 +1,4 @@
-//! Who is behind a trusted proxy: `Forwarded`, `X-Forwarded-For`, `X-Real-IP` (SPEC §2).
+//! Who is behind a trusted proxy: `Forwarded`, `X-Forwarded-For`, `X-Real-IP`.
 //!
 //! # Security
 //!

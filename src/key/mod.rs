@@ -1,4 +1,4 @@
-//! Request keys: `route "/" client` (SPEC §2).
+//! Request keys: `route "/" client`.
 //!
 //! A request's key is its normalised route ([`normalize_route`]) followed by its client
 //! identity ([`Client`]) as the last segment — `api/search/203.0.113.7` — or just the client

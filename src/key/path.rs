@@ -1,4 +1,4 @@
-//! The route half of a request key: the request path, normalised (SPEC §2).
+//! The route half of a request key: the request path, normalised.
 //!
 //! Normalising is what stops `/API//search/./` from slipping past a rule written for
 //! `api/search`: the query is not part of the path; percent-escapes are decoded exactly once

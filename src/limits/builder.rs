@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use super::{Limits, Shared, maintenance};
+use super::{Active, Limits, Shared, maintenance};
 use crate::clock::{Clock, SystemClock};
+use crate::config::extension::Extensions;
 use crate::config::source::{ConfigSource, SourceText};
-use crate::config::{ConfigError, RuleSet};
+use crate::config::{ConfigError, Extension};
 use crate::reload::{Reloader, WatchError};
 use crate::store::{MemoryStore, Store};
+use crate::traffic::Traffic;
 
 /// Builds a [`Limits`] with a chosen store or clock.
 ///
@@ -35,6 +37,7 @@ use crate::store::{MemoryStore, Store};
 pub struct LimitsBuilder<St = MemoryStore> {
     store: St,
     clock: Option<std::sync::Arc<dyn Clock>>,
+    extensions: Extensions,
 }
 
 impl<St: Store> LimitsBuilder<St> {
@@ -43,12 +46,20 @@ impl<St: Store> LimitsBuilder<St> {
         LimitsBuilder {
             store,
             clock: self.clock,
+            extensions: self.extensions,
         }
     }
 
     /// Reads time from `clock` instead of the [`SystemClock`].
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(std::sync::Arc::new(clock));
+        self
+    }
+
+    /// Lets the config hold a table of the embedding program's own, read and checked by
+    /// `extension` on every load and reload; see [`config::extension`](crate::config::extension).
+    pub fn extension(mut self, extension: impl Extension) -> Self {
+        self.extensions.push(Arc::new(extension));
         self
     }
 
@@ -79,13 +90,18 @@ impl<St: Store> LimitsBuilder<St> {
     }
 
     fn build(self, texts: Vec<SourceText>, reloader: Reloader) -> Result<Limits<St>, ConfigError> {
-        let rules = RuleSet::compile(&texts, None).map_err(ConfigError::Invalid)?;
+        let reloader = reloader.with_extensions(self.extensions);
+        let rules = reloader
+            .compile(&texts, None)
+            .map_err(ConfigError::Invalid)?;
         reloader.opened(&rules);
         metrics::gauge!("tollgate_config_generation").set(1.0);
         self.store.configure(&rules);
         let (sweeper, stop) = std::sync::mpsc::channel();
+        let traffic = Traffic::new(Traffic::DEFAULT_SPAN, Traffic::DEFAULT_RESOLUTION);
         let shared = Arc::new(Shared {
-            rules: ArcSwap::from_pointee(rules),
+            active: ArcSwap::from_pointee(Active::new(rules, &traffic)),
+            traffic,
             store: self.store,
             clock: self
                 .clock
@@ -127,6 +143,7 @@ impl Limits {
         LimitsBuilder {
             store: MemoryStore::new(),
             clock: None,
+            extensions: Extensions::default(),
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::concurrency::{
 use crate::config::{Per, Rule, RuleId};
 use crate::key::Client;
 use crate::store::{BucketRef, SlotFuture, Store};
+use crate::traffic::RuleCounters;
 
 /// Each adaptive rule's controller, by rule id: it outlives reloads that keep the rule.
 pub(super) type Controllers = Mutex<HashMap<RuleId, Arc<Mutex<Controller>>>>;
@@ -35,11 +36,19 @@ pub(crate) enum Entry {
 impl<St: Store> Limits<St> {
     /// Takes a slot for a request of `client` under `rule`'s concurrency cap: from the
     /// store when it shares caps between instances (Redis), else from this process's table.
-    pub(crate) fn enter(&self, rule: &Rule, client: &Client<'_>) -> Entry {
+    pub(crate) fn enter(
+        &self,
+        rule: &Rule,
+        rule_counters: Option<&RuleCounters>,
+        client: &Client<'_>,
+    ) -> Entry {
         let Some(cap) = rule.concurrency() else {
             return Entry::Free;
         };
-        let Some(counters) = rule.counters().and_then(|c| c.concurrency.as_ref()) else {
+        let Some(rule_counters) = rule_counters else {
+            return Entry::Free;
+        };
+        let Some(counters) = rule_counters.concurrency.as_ref() else {
             return Entry::Free;
         };
         let (key, limit, controller) = match cap {
@@ -96,15 +105,11 @@ impl<St: Store> Limits<St> {
                 limit_gauge: counters.limit.clone(),
             }),
             Acquired::Full if rule.is_shadow() => {
-                if let Some(c) = rule.counters() {
-                    c.shadow_refused(self.shared.clock.now());
-                }
+                rule_counters.shadow_refused(self.shared.clock.now());
                 Entry::Free
             }
             Acquired::Full => {
-                if let Some(c) = rule.counters() {
-                    c.refused_for_concurrency(self.shared.clock.now(), Some(client));
-                }
+                rule_counters.refused_for_concurrency(self.shared.clock.now(), Some(client));
                 Entry::Full
             }
         }

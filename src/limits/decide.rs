@@ -4,10 +4,11 @@
 
 use http::Request;
 
+use super::Active;
 use super::{Entry, Limits, QueuedPermit};
 use crate::clock::Timestamp;
 use crate::concurrency::Permit;
-use crate::config::{Limit, Per, Rule, RuleSet};
+use crate::config::{Limit, Per, Rule};
 use crate::decision::Decision;
 use crate::key::{Client, SegmentBuffer, normalize_route};
 use crate::store::{BucketRef, CheckMode, CheckRequest, Store, StoreError};
@@ -120,7 +121,7 @@ impl<St: Store> Limits<St> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check_request<B>(&self, request: &Request<B>) -> Option<St::Future> {
-        match self.plan_with(&self.rules(), request, false) {
+        match self.plan_with(&self.active(), request, false) {
             Plan::Check { decision, .. } => Some(decision),
             Plan::Pass(_) | Plan::Busy | Plan::Queue { .. } => None,
         }
@@ -169,7 +170,7 @@ impl<St: Store> Limits<St> {
     /// and starts its rate check: the whole per-request decision, reading the clock once.
     pub(crate) fn plan<'r, B>(
         &self,
-        rules: &RuleSet,
+        rules: &Active,
         request: &'r Request<B>,
     ) -> Plan<'r, St::Future> {
         self.plan_with(rules, request, true)
@@ -178,7 +179,7 @@ impl<St: Store> Limits<St> {
     /// The rate check of a request that has waited for its slot (`Plan::Queue`).
     pub(crate) fn plan_after_slot<'r, B>(
         &self,
-        rules: &RuleSet,
+        rules: &Active,
         index: usize,
         request: &'r Request<B>,
         permit: Permit,
@@ -192,7 +193,7 @@ impl<St: Store> Limits<St> {
 
     fn plan_with<'r, B>(
         &self,
-        rules: &RuleSet,
+        rules: &Active,
         request: &'r Request<B>,
         concurrency: bool,
     ) -> Plan<'r, St::Future> {
@@ -204,7 +205,7 @@ impl<St: Store> Limits<St> {
             return Plan::Pass(None);
         };
         let permit = if concurrency {
-            match self.enter(rule, &client) {
+            match self.enter(rule, rules.counters(index), &client) {
                 Entry::Free => None,
                 Entry::Now(permit) => Some(Box::new(permit)),
                 Entry::Queued(wait) => {

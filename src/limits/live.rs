@@ -1,13 +1,28 @@
-//! Keeping a limiter in step with its config (SPEC §5): re-reading on demand and on change,
+//! Keeping a limiter in step with its config: re-reading on demand and on change,
 //! and reporting how that went. The work is the [`Reloader`](crate::reload)'s; this is the
 //! limiter's door to it.
 
 use std::sync::Arc;
 
-use super::Limits;
-use crate::config::ConfigError;
-use crate::reload::{ReloadStatus, Reloaded, Trigger, WatchError};
+use super::{Active, Limits, Shared};
+use crate::config::{ConfigError, RuleId, RuleSet};
+use crate::reload::{ReloadStatus, Reloaded, Target, Trigger, WatchError};
 use crate::store::Store;
+
+/// The limiter's side of a reload: the store learns the new rules before they are swapped
+/// in with fresh counters, and forgets the retired rules' buckets after.
+impl<St: Store> Target for Shared<St> {
+    fn current(&self) -> Arc<RuleSet> {
+        Arc::clone(self.active.load().rules())
+    }
+
+    fn install(&self, next: RuleSet, retired: &[RuleId]) {
+        self.store.configure(&next);
+        self.active
+            .store(Arc::new(Active::new(next, &self.traffic)));
+        self.store.forget(retired);
+    }
+}
 
 impl<St: Store> Limits<St> {
     /// Re-reads the files and re-fetches the URLs now (the gateway binds this to SIGHUP),
@@ -19,15 +34,13 @@ impl<St: Store> Limits<St> {
     /// reload.
     pub fn reload(&self) -> Result<Reloaded, ConfigError> {
         let shared = &self.shared;
-        shared
-            .reloader
-            .reload(Trigger::Forced, &shared.rules, &shared.store)
+        shared.reloader.reload(Trigger::Forced, shared.as_ref())
     }
 
     /// The configuration's current state. Its generation is the active rule set's own, so
     /// it never lags behind the rules requests see.
     pub fn status(&self) -> ReloadStatus {
-        let generation = self.shared.rules.load().generation();
+        let generation = self.shared.active.load().generation();
         self.shared.reloader.status(generation)
     }
 
@@ -45,9 +58,7 @@ impl<St: Store> Limits<St> {
             // The limiter is gone: nothing to reload (the watcher is being dropped too).
             let shared = weak.upgrade()?;
             // Errors were logged and recorded by the reload itself.
-            let _ = shared
-                .reloader
-                .reload(trigger, &shared.rules, &shared.store);
+            let _ = shared.reloader.reload(trigger, shared.as_ref());
             Some(shared.reloader.next_poll())
         })
     }

@@ -1,5 +1,5 @@
 //! Background upkeep of a limiter: restoring the snapshot at start, then, until the last
-//! clone is gone, sweeping refilled buckets and writing snapshots (SPEC §6).
+//! clone is gone, sweeping refilled buckets and writing snapshots.
 
 use super::Shared;
 use crate::store::Store;
@@ -7,7 +7,7 @@ use crate::store::Store;
 /// Reads `[store] snapshot` back, if set: a missing or damaged snapshot is logged and
 /// ignored, never fatal.
 pub(super) fn restore<St: Store>(shared: &Shared<St>) {
-    let rules = shared.rules.load();
+    let rules = shared.active.load();
     let Some(path) = &rules.store().snapshot else {
         return;
     };
@@ -29,7 +29,7 @@ pub(super) fn start<St: Store>(
             let (mut last_sweep, mut last_snapshot) =
                 (std::time::Instant::now(), std::time::Instant::now());
             loop {
-                let Some(settings) = shared.upgrade().map(|s| s.rules.load().store().clone())
+                let Some(settings) = shared.upgrade().map(|s| s.active.load().store().clone())
                 else {
                     return;
                 };
@@ -59,7 +59,7 @@ pub(super) fn start<St: Store>(
                     && last_snapshot.elapsed() >= settings.snapshot_interval
                 {
                     last_snapshot = std::time::Instant::now();
-                    let rules = shared.rules.load();
+                    let rules = shared.active.load();
                     if let Err(error) = shared.store.save_snapshot(&rules, shared.clock.now()) {
                         tracing::warn!(%error, "cannot write the snapshot");
                     }

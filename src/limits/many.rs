@@ -11,27 +11,72 @@ use crate::config::{Limit, Per, Rule};
 use crate::decision::Decision;
 use crate::key::{Client, normalize_route};
 use crate::store::{BucketRef, CheckMode, CheckRequest, Store, StoreError};
+use crate::traffic::RuleCounters;
 
-/// One key of a [`Limits::check_keys`] call, already in matching form.
+/// One key of a [`Limits::check_keys`] call, already in matching form: what a front end
+/// whose keys are not request paths (Envoy descriptors, say) builds for each key.
+///
+/// `route` is every segment but the last, as [`normalize_route`] leaves it (and lower-cased
+/// if the rules set `[key] case_insensitive`); `last` is the last segment, itself
+/// percent-encoded if it could hold a `/` ([`encode_segment`](crate::key::encode_segment)).
+///
+/// ```
+/// use tollgate::KeyCheck;
+///
+/// let key = KeyCheck::new("edge/remote_address", "203.0.113.7").cost(3);
+/// assert_eq!((key.route(), key.last(), key.tokens()), ("edge/remote_address", "203.0.113.7", Some(3)));
+/// ```
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct KeyCheck<'k> {
-    /// Every segment but the last, normalised (and folded, if the rules fold case).
-    pub(crate) route: &'k str,
-    /// The last segment.
-    pub(crate) last: &'k str,
-    /// Tokens to take; `None`: the rule's `cost`.
-    pub(crate) cost: Option<u64>,
+pub struct KeyCheck<'k> {
+    route: &'k str,
+    last: &'k str,
+    cost: Option<u64>,
 }
 
-/// Which keys resolving to one `per = "client"` rule share its bucket.
+impl<'k> KeyCheck<'k> {
+    /// The key `route/last`, at its rule's `cost`.
+    pub fn new(route: &'k str, last: &'k str) -> KeyCheck<'k> {
+        KeyCheck {
+            route,
+            last,
+            cost: None,
+        }
+    }
+
+    /// Takes `tokens` instead of the rule's `cost`.
+    pub fn cost(self, tokens: u64) -> KeyCheck<'k> {
+        KeyCheck {
+            cost: Some(tokens),
+            ..self
+        }
+    }
+
+    /// Every segment but the last.
+    pub fn route(&self) -> &'k str {
+        self.route
+    }
+
+    /// The last segment.
+    pub fn last(&self) -> &'k str {
+        self.last
+    }
+
+    /// The tokens it takes; `None`: its rule's `cost`.
+    pub fn tokens(&self) -> Option<u64> {
+        self.cost
+    }
+}
+
+/// Which keys resolving to one `per = "client"` rule share its bucket, in
+/// [`Limits::check_keys`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum BucketBy {
+#[non_exhaustive]
+pub enum BucketBy {
     /// The key's last segment, the HTTP layer's client: `api = "100/min"` is 100 a minute
     /// per client across every route under `api/`.
     LastSegment,
     /// Everything in the key after the rule's own key: each distinct key under the rule
     /// counts apart, as each distinct descriptor does in Envoy's rate limit service.
-    #[cfg_attr(not(feature = "gateway"), allow(dead_code))]
     Remainder,
 }
 
@@ -40,6 +85,7 @@ struct Limited<'r> {
     /// Where its decision goes in the answer.
     at: usize,
     rule: &'r Rule,
+    counters: Option<&'r RuleCounters>,
     client: Client<'static>,
     cost: u64,
 }
@@ -89,29 +135,48 @@ impl<St: Store> Limits<St> {
     }
 
     /// [`check_all`](Self::check_all) for keys a front end has already put in matching
-    /// form, with its own idea of which keys share a bucket.
-    pub(crate) async fn check_keys(
+    /// form, with its own idea of which keys share a bucket: all are admitted and charged,
+    /// or none is charged. Envoy's rate limit service decides a request's descriptors this
+    /// way, each descriptor `(k1,v1),(k2,v2)` of domain `d` being the key `d/k1/v1/k2` + `v2`,
+    /// bucketed by [`BucketBy::Remainder`].
+    ///
+    /// ```
+    /// use tollgate::{BucketBy, KeyCheck, Limits};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limits = Limits::from_toml("[limits]\n\"edge/user\" = \"2/min\"\n\"edge/ip\" = \"1/min\"\n")?;
+    /// let keys = [KeyCheck::new("edge/user", "alice"), KeyCheck::new("edge/ip", "203.0.113.7")];
+    /// let first = limits.check_keys(&keys, BucketBy::Remainder).await?;
+    /// assert!(first.iter().all(|d| d.allowed()));
+    ///
+    /// // The address has had its one: neither key is charged, so alice keeps her second.
+    /// let second = limits.check_keys(&keys, BucketBy::Remainder).await?;
+    /// assert!(second[0].allowed() && !second[1].allowed());
+    /// assert_eq!(limits.peek("edge/user/alice").await?.remaining(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_keys(
         &self,
         keys: &[KeyCheck<'_>],
         by: BucketBy,
     ) -> Result<Vec<Decision>, StoreError> {
-        let rules = self.shared.rules.load_full();
+        let rules = self.shared.active.load_full();
         let now = self.now();
         let mut decisions: Vec<Option<Decision>> = vec![None; keys.len()];
         let mut limited = Vec::new();
         for (at, key) in keys.iter().enumerate() {
             let found = rules.resolve_with(key.route, || key.last.into());
-            match found.and_then(|index| rules.rule(index)) {
+            match found.and_then(|index| Some((index, rules.rule(index)?))) {
                 // A rule with a concurrency cap alone has no rate to check here.
-                Some(rule) if !rule.is_unlimited() && !rule.quotas().is_empty() => {
-                    limited.push(Limited {
+                Some((index, rule)) if !rule.is_unlimited() && !rule.quotas().is_empty() => limited
+                    .push(Limited {
                         at,
                         rule,
+                        counters: rules.counters(index),
                         client: bucket_client(key, rule, by),
                         cost: key.cost.unwrap_or_else(|| rule.cost()),
-                    })
-                }
-                Some(rule) => decisions[at] = Some(decided_by(Decision::unlimited(), rule)),
+                    }),
+                Some((_, rule)) => decisions[at] = Some(decided_by(Decision::unlimited(), rule)),
                 None => decisions[at] = Some(Decision::unlimited()),
             }
         }
@@ -141,7 +206,7 @@ impl<St: Store> Limits<St> {
         for entry in &limited {
             if let Some(decision) = decisions[entry.at].take() {
                 let decision = decided_by(decision, entry.rule);
-                count(entry.rule, &decision, now);
+                count(entry, &decision, now);
                 decisions[entry.at] = Some(decision);
             }
         }
@@ -203,12 +268,12 @@ fn request<'a>(entry: &'a Limited<'_>, now: Timestamp) -> Option<CheckRequest<'a
     })
 }
 
-/// Counts `decision`, made at `now`, under `rule` (its metrics and traffic).
-fn count(rule: &Rule, decision: &Decision, now: Timestamp) {
-    let Some(counters) = rule.counters() else {
+/// Counts `decision`, made at `now`, under the key's rule (its metrics and traffic).
+fn count(entry: &Limited<'_>, decision: &Decision, now: Timestamp) {
+    let Some(counters) = entry.counters else {
         return;
     };
-    match (decision.allowed(), rule.is_shadow()) {
+    match (decision.allowed(), entry.rule.is_shadow()) {
         (true, _) => counters.admitted(now),
         (false, true) => counters.shadow_refused(now),
         (false, false) => counters.refused(now, None),

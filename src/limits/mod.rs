@@ -23,6 +23,7 @@
 //! # Ok(()) }
 //! ```
 
+mod active;
 mod builder;
 mod caller;
 mod concurrency;
@@ -30,13 +31,13 @@ mod decide;
 mod live;
 mod maintenance;
 mod many;
-#[cfg_attr(not(feature = "gateway"), allow(unused_imports))]
-pub(crate) use many::{BucketBy, KeyCheck};
+pub use many::{BucketBy, KeyCheck};
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+pub(crate) use active::Active;
 pub use builder::LimitsBuilder;
 pub use caller::{CallerBucket, TakeOptions};
 pub(crate) use concurrency::{Entry, QueuedPermit};
@@ -47,6 +48,7 @@ use crate::clock::{Clock, Timestamp};
 use crate::config::RuleSet;
 use crate::reload::Reloader;
 use crate::store::{MemoryStore, Store};
+use crate::traffic::Traffic;
 
 /// Rules, buckets and clock, shared by every clone.
 pub struct Limits<St = MemoryStore> {
@@ -54,8 +56,10 @@ pub struct Limits<St = MemoryStore> {
 }
 
 struct Shared<St> {
-    /// The active rules: one lock-free load per request.
-    rules: ArcSwap<RuleSet>,
+    /// The active rules and their counters: one lock-free load per request.
+    active: ArcSwap<Active>,
+    /// Every rule's traffic over time, by rule name (a reload keeps a rule's history).
+    traffic: Traffic,
     store: St,
     clock: Arc<dyn Clock>,
     /// Re-reads the config and swaps new rules in; owns the watcher, if watching, which
@@ -80,7 +84,7 @@ impl<St> Clone for Limits<St> {
 impl<St> std::fmt::Debug for Limits<St> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Limits")
-            .field("rules", &self.shared.rules.load().rules().len())
+            .field("rules", &self.shared.active.load().rules().rules().len())
             .field("clock", &self.shared.clock)
             .finish_non_exhaustive()
     }
@@ -88,8 +92,19 @@ impl<St> std::fmt::Debug for Limits<St> {
 
 impl<St: Store> Limits<St> {
     /// The active rule set (a snapshot: it stays consistent while you hold it).
-    pub fn rules(&self) -> arc_swap::Guard<Arc<RuleSet>> {
-        self.shared.rules.load()
+    pub fn rules(&self) -> Arc<RuleSet> {
+        Arc::clone(self.shared.active.load().rules())
+    }
+
+    /// The active rules with their counters, for one decision.
+    pub(crate) fn active(&self) -> arc_swap::Guard<Arc<Active>> {
+        self.shared.active.load()
+    }
+
+    /// Every rule's traffic over time, and the clients each refused most: what the
+    /// operator's page charts.
+    pub fn traffic(&self) -> &Traffic {
+        &self.shared.traffic
     }
 
     /// The bucket store.

@@ -1,4 +1,4 @@
-//! One quota: a rate and a burst (SPEC §3).
+//! One quota: a rate and a burst.
 //!
 //! A quota is what one entry of a rule's `rate` enforces: a bucket of `burst` tokens that
 //! refills one token every `interval` (the rate's period divided by its count). It mirrors

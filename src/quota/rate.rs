@@ -1,4 +1,4 @@
-//! The rate grammar: `N/PERIOD` (SPEC §3).
+//! The rate grammar: `N/PERIOD`.
 //!
 //! `PERIOD` is an optional whole multiplier followed by a unit: `s sec second ms m min minute
 //! h hour d day` (plurals such as `secs`, `minutes` are accepted too). Spaces around the parts

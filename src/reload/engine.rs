@@ -7,17 +7,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
 use super::poll::{self, Poller};
 use super::watch::FileWatcher;
 use super::{ReloadEvent, ReloadStatus, Reloaded, WatchError};
+use crate::config::extension::Extensions;
 use crate::config::source::{
     Cache, ConfigSource, Fetched, Fetcher, RemoteUrl, SourceText, read_file,
 };
-use crate::config::{ConfigError, ReloadSettings, RuleSet, Validator};
-use crate::store::Store;
+use crate::config::{ConfigError, ReloadSettings, RuleId, RuleSet, Validator};
 
 /// What asks for a reload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +41,14 @@ impl Trigger {
     }
 }
 
+/// Where a reloader puts what it compiles: the limiter's side of a reload.
+pub(crate) trait Target {
+    /// The rules in force.
+    fn current(&self) -> Arc<RuleSet>;
+    /// Puts `next` in force; `retired` are the ids of rules it no longer has.
+    fn install(&self, next: RuleSet, retired: &[RuleId]);
+}
+
 pub(crate) struct Reloader {
     /// Serialises reloads.
     state: Mutex<State>,
@@ -50,6 +57,8 @@ pub(crate) struct Reloader {
     fetcher: std::sync::OnceLock<Fetcher>,
     /// The file watcher and the poller, if watching; they stop when this is dropped.
     background: Mutex<Background>,
+    /// The embedding program's tables, checked on every compile.
+    extensions: Extensions,
 }
 
 /// Held only to be dropped: each stops its thread when it goes.
@@ -108,6 +117,7 @@ impl Reloader {
             status,
             fetcher: std::sync::OnceLock::new(),
             background: Mutex::new(Background::default()),
+            extensions: Extensions::default(),
         }
     }
 
@@ -160,6 +170,21 @@ impl Reloader {
         Ok((reloader, texts))
     }
 
+    /// Has every compile from now on run `extensions` too.
+    pub(crate) fn with_extensions(mut self, extensions: Extensions) -> Reloader {
+        self.extensions = extensions;
+        self
+    }
+
+    /// Compiles `sources` into the rules to follow `previous`.
+    pub(crate) fn compile(
+        &self,
+        sources: &[SourceText],
+        previous: Option<&RuleSet>,
+    ) -> Result<RuleSet, Vec<crate::config::Diagnostic>> {
+        RuleSet::compile(sources, previous, &self.extensions)
+    }
+
     /// Records that the texts `open` returned compiled into `rules`, which are now active.
     pub(crate) fn opened(&self, rules: &RuleSet) {
         let mut state = self.state.lock();
@@ -175,13 +200,12 @@ impl Reloader {
         write_cache(&mut state);
     }
 
-    /// Re-reads what `trigger` concerns and, if the texts changed and compile, swaps the new
-    /// rules into `rules` and tells `store`; see the module docs.
-    pub(crate) fn reload<St: Store>(
+    /// Re-reads what `trigger` concerns and, if the texts changed and compile, puts the new
+    /// rules in force through `target`; see the module docs.
+    pub(crate) fn reload(
         &self,
         trigger: Trigger,
-        rules: &ArcSwap<RuleSet>,
-        store: &St,
+        target: &dyn Target,
     ) -> Result<Reloaded, ConfigError> {
         let forced = trigger == Trigger::Forced;
         // Fetched before the lock is taken: a repository that hangs must not hold up the
@@ -227,13 +251,13 @@ impl Reloader {
         if !forced && state.refused.as_ref() == Some(&texts) {
             return Ok(Reloaded::Unchanged);
         }
-        let current = rules.load_full();
+        let current = target.current();
         let sources: Vec<SourceText> = state
             .sources
             .iter()
             .filter_map(Tracked::source_text)
             .collect();
-        let next = match RuleSet::compile(&sources, Some(&current)) {
+        let next = match self.compile(&sources, Some(&current)) {
             Ok(next) => next,
             Err(diagnostics) => {
                 state.refused = Some(texts);
@@ -245,9 +269,7 @@ impl Reloader {
         let changed_sources = changed_sources(&state);
         let generation = next.generation();
         state.settings = next.reload().clone();
-        store.configure(&next);
-        rules.store(Arc::new(next));
-        store.forget(&retired);
+        target.install(next, &retired);
         state.applied = Some(texts);
         state.applied_each = state.sources.iter().map(|t| t.text.clone()).collect();
         state.refused = None;

@@ -1,4 +1,4 @@
-//! Live configuration: re-read the sources, validate, swap atomically (SPEC §5).
+//! Live configuration: re-read the sources, validate, swap atomically.
 //!
 //! A reload reads the sources again. If their contents are what is already applied, nothing
 //! happens. Otherwise they are parsed, validated and compiled into a new rule set, which
@@ -71,7 +71,7 @@ mod watch;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-pub(crate) use engine::{Reloader, Trigger};
+pub(crate) use engine::{Reloader, Target, Trigger};
 
 use crate::config::Validator;
 use crate::config::source::ConfigSource;

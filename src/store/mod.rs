@@ -182,7 +182,7 @@ pub trait Store: Send + Sync + 'static {
     /// Decides `request`, taking its tokens when admitted in [`CheckMode::Consume`].
     ///
     /// Buckets whose rule changed its rates since they were last touched carry their
-    /// consumption over into the new quotas (SPEC §5); see the GCRA module docs.
+    /// consumption over into the new quotas; see the GCRA module docs.
     fn check(&self, request: CheckRequest<'_>) -> Self::Future;
 
     /// Decides `requests` together: if every one is admitted, all take their tokens; if any

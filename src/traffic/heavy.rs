@@ -46,7 +46,7 @@ pub struct Heavy<K = String> {
 
 type Index<K> = HashMap<K, usize, foldhash::quality::RandomState>;
 
-/// The space-saving sketch; see the [module docs](self).
+/// The space-saving sketch; see the [`traffic`](crate::traffic) module docs.
 #[derive(Clone, Debug)]
 pub struct SpaceSaving<K> {
     capacity: usize,

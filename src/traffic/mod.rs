@@ -1,9 +1,11 @@
-//! Traffic over time, for the operator (SPEC §11): per rule, what happened to requests over
+//! Traffic over time, for the operator: per rule, what happened to requests over
 //! the last 15 minutes at a few seconds' resolution ([`TrafficRing`]), and the clients it
 //! refused most ([`WindowedTop`], a bounded space-saving sketch). Both are fixed-size,
 //! whatever the traffic: a ring of slots per rule, `k` counters per third of the window.
 //!
-//! [`Traffic`] holds them by rule name, so a reload that keeps a rule keeps its history;
+//! [`Traffic`] holds them by rule name, so a reload that keeps a rule keeps its history; each
+//! [`Limits`](crate::Limits) has its own ([`Limits::traffic`](crate::Limits::traffic)), and
+//! the per-rule `counters` count into it beside the metrics;
 //! at most [`Traffic::MAX_RULES`] rules are tracked (more is a config no chart helps with:
 //! the rest count in the total only).
 //!
@@ -23,6 +25,7 @@
 //! assert_eq!(report.rules[0].top_refused[0].client, "203.0.113.7");
 //! ```
 
+mod counters;
 mod heavy;
 mod ring;
 
@@ -36,6 +39,7 @@ use serde::Serialize;
 use crate::clock::Timestamp;
 use crate::key::Client;
 
+pub(crate) use counters::RuleCounters;
 pub use heavy::{Heavy, SpaceSaving, WindowedTop};
 pub use ring::{Counts, Seen, SlotCounts, TrafficRing};
 
@@ -133,13 +137,6 @@ impl Traffic {
             total: Arc::new(TrafficRing::new(span, resolution)),
             rules: RwLock::new(HashMap::new()),
         }
-    }
-
-    /// The process-wide traffic the layer and every front end record into (as metrics go
-    /// to the process's recorder): what the admin listener serves.
-    pub fn global() -> &'static Traffic {
-        static GLOBAL: std::sync::OnceLock<Traffic> = std::sync::OnceLock::new();
-        GLOBAL.get_or_init(|| Traffic::new(Traffic::DEFAULT_SPAN, Traffic::DEFAULT_RESOLUTION))
     }
 
     /// The traffic of the rule named `name`, made on first use; `None` past

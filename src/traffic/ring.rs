@@ -156,7 +156,7 @@ struct Slot {
     counts: [AtomicU64; 4],
 }
 
-/// Counts per time slot over a fixed span; see the [module docs](self).
+/// Counts per time slot over a fixed span; see the [`traffic`](crate::traffic) module docs.
 pub struct TrafficRing {
     resolution: u64,
     slots: Box<[Slot]>,

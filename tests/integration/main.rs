@@ -7,15 +7,10 @@
     unreachable_pub
 )]
 
-mod admin_page;
 mod architecture;
-mod bypass;
 mod concurrency;
 mod config_files;
 mod fuzz_corpus;
-mod gateway;
-mod grpc;
-mod grpc_protos;
 mod hyper_server;
 mod in_flight;
 mod layer_http;
@@ -26,8 +21,6 @@ mod redis_headers;
 mod redis_hybrid;
 mod reload;
 mod remote_config;
-mod resp;
 mod shaping;
-mod sigterm;
 mod snapshots;
 mod support;

@@ -1,4 +1,4 @@
-//! Live configuration with real files and the real watcher (SPEC §5).
+//! Live configuration with real files and the real watcher.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};

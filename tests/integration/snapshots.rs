@@ -1,4 +1,4 @@
-//! Snapshots (SPEC §6): a restart must not hand everyone a fresh daily budget.
+//! Snapshots: a restart must not hand everyone a fresh daily budget.
 
 use std::path::Path;
 use std::time::Duration;

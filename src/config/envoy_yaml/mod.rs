@@ -35,7 +35,6 @@ mod tree;
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::Path;
 
 use toml::Spanned;
 
@@ -48,16 +47,6 @@ use tree::{Kind, Node};
 
 /// Descriptors nested deeper than this are refused (routes are shallower still).
 const MAX_NESTING: usize = 32;
-
-/// Whether `path` names a YAML file (`.yaml`, `.yml`, any case): read as
-/// envoyproxy/ratelimit's configuration rather than TOML.
-pub(super) fn is_yaml(path: &Path) -> bool {
-    path.extension()
-        .and_then(|extension| extension.to_str())
-        .is_some_and(|extension| {
-            extension.eq_ignore_ascii_case("yaml") || extension.eq_ignore_ascii_case("yml")
-        })
-}
 
 /// The rules `source` describes, or every problem with it.
 pub(super) fn parse(source: &SourceText) -> Result<RawFile, Vec<Diagnostic>> {
@@ -439,7 +428,12 @@ mod tests {
     use crate::config::RuleSet;
 
     fn compile(yaml: &str) -> Result<RuleSet, String> {
-        RuleSet::compile(&[SourceText::new("ratelimit.yaml", yaml)], None).map_err(|diagnostics| {
+        RuleSet::compile(
+            &[SourceText::new("ratelimit.yaml", yaml)],
+            None,
+            &Default::default(),
+        )
+        .map_err(|diagnostics| {
             diagnostics
                 .iter()
                 .map(ToString::to_string)
@@ -556,6 +550,8 @@ descriptors:
 
     #[test]
     fn yaml_files_are_told_by_their_extension() {
+        use super::super::source::is_yaml;
+        use std::path::Path;
         assert!(is_yaml(Path::new("config/ratelimit.yaml")));
         assert!(is_yaml(Path::new("https://example.com/limits.YML")));
         assert!(!is_yaml(Path::new("config/gateway.toml")));

@@ -1,4 +1,4 @@
-//! Where config text comes from, and the text itself (SPEC §5).
+//! Where config text comes from, and the text itself.
 //!
 //! A [`ConfigSource`] names one layer of configuration: a file on disk, or a document at an
 //! `http://` or `https://` URL (a shared repository for a fleet). Files are read with the
@@ -183,6 +183,12 @@ impl SourceText {
         }
     }
 
+    /// Whether it is envoyproxy/ratelimit's YAML rather than TOML: a `.yaml` or `.yml`
+    /// name, in any case.
+    pub(crate) fn is_yaml(&self) -> bool {
+        is_yaml(&self.path)
+    }
+
     /// The text of `source`.
     pub(crate) fn of(source: &ConfigSource, text: impl Into<String>) -> SourceText {
         let mut read = SourceText::new(source.name(), text);
@@ -231,6 +237,16 @@ impl SourceText {
             message: message.into(),
         }
     }
+}
+
+/// Whether `path` names a YAML file (`.yaml`, `.yml`, any case): read as
+/// envoyproxy/ratelimit's configuration rather than TOML.
+pub(crate) fn is_yaml(path: &Path) -> bool {
+    path.extension()
+        .and_then(|extension| extension.to_str())
+        .is_some_and(|extension| {
+            extension.eq_ignore_ascii_case("yaml") || extension.eq_ignore_ascii_case("yml")
+        })
 }
 
 #[cfg(test)]

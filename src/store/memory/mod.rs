@@ -1,4 +1,4 @@
-//! Buckets in this process's memory: the default store (SPEC §6).
+//! Buckets in this process's memory: the default store.
 //!
 //! A fixed number of shards, each a mutex around two `hashbrown` tables (see [`tables`]:
 //! 24 bytes for a one-quota GCRA bucket of an IPv4 client, the general layout for the

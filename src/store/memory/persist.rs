@@ -1,4 +1,4 @@
-//! Snapshots of the in-memory store (SPEC §6): every bucket written out under its rule's
+//! Snapshots of the in-memory store: every bucket written out under its rule's
 //! key, and read back under today's rules at start.
 
 use std::collections::HashMap;

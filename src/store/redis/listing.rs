@@ -5,7 +5,7 @@ use redis::Value;
 
 use super::keys::parse_bucket_key;
 use super::pool::{Connection, Pool};
-use super::script::{SCRIPT, decision_from, script_args};
+use super::scripts::{SCRIPT, decision_from, script_args};
 use super::shards::parse_cluster_slots;
 use crate::Quota;
 use crate::algorithm::{Algorithm, CheckMode};

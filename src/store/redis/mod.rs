@@ -1,4 +1,4 @@
-//! Buckets in Redis, so several instances share one budget (SPEC §7).
+//! Buckets in Redis, so several instances share one budget.
 //!
 //! Every decision is one `EVALSHA` of one Lua script (`decide.lua`): it reads the bucket,
 //! decides every quota of the rule, and writes the bucket back atomically — one round trip
@@ -64,16 +64,13 @@
 //! ```
 
 mod breaker;
-mod held;
+mod caps;
 mod hybrid;
-mod inflight;
 mod keys;
-mod leases;
 mod listing;
 mod pool;
-mod script;
+mod scripts;
 mod shards;
-mod sync;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -84,12 +81,12 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
-use self::held::HeldLeases;
+use self::caps::HeldLeases;
 use self::hybrid::Hybrid;
 use self::keys::RuleKeys;
 use self::listing::list;
 use self::pool::Pool;
-use self::script::{decision_from, script_args};
+use self::scripts::{decision_from, script_args};
 use self::shards::{Shard, Shards};
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, MemoryStore, RuleId,

@@ -11,7 +11,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use super::script::SCRIPT;
+use super::scripts::SCRIPT;
 use crate::config::RedisSettings;
 
 /// Retries the cluster client makes within one request (after a `MOVED` it refreshes its
@@ -111,7 +111,7 @@ impl Pool {
             connections: tokio::sync::OnceCell::new(),
             turn: AtomicUsize::new(0),
             script: redis::Script::new(SCRIPT),
-            slots: redis::Script::new(include_str!("slots.lua")),
+            slots: redis::Script::new(include_str!("caps/slots.lua")),
         }
     }
 

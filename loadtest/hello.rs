@@ -1,0 +1,237 @@
+//! The axum "hello" servers `loadtest/axum.sh` compares, and a fixed-count load generator.
+//!
+//! ```sh
+//! cargo build --release --example bench_hello
+//! target/release/examples/bench_hello serve tollgate never --listen 127.0.0.1:18090
+//! target/release/examples/bench_hello load --target 127.0.0.1:18090 --requests 10000
+//! ```
+//!
+//! `serve <limiter> <quota>` runs one variant on a single-threaded runtime until SIGTERM or
+//! Ctrl-C, then returns from `main` (so valgrind can write its counts):
+//!
+//! - limiter `bare` (no limiter), `tollgate` (`RateLimitLayer::new(..).axum_body()`, the
+//!   layer as the README sets it up for axum, IETF headers on), `tollgate-no-headers` (the
+//!   same with `[response] headers = "none"`, to show what the headers cost),
+//!   `tollgate-wrapped` (`RateLimitLayer::new` alone: any body type, wrapped, which axum
+//!   boxes again) or `governor` (tower_governor's `GovernorLayer` keyed by peer IP, no
+//!   headers);
+//! - quota `never` (1,000,000/s with a burst of 1,000,000: nobody is denied) or `deny`
+//!   (1/s with a burst of 1: a single client is denied all but one request a second).
+//!
+//! Both limiters get the same quota and key clients by peer address through axum's
+//! `ConnectInfo`, which every variant (bare included) is served with.
+//!
+//! `load` sends exactly `--requests` GET requests over `--connections` keep-alive HTTP/1.1
+//! connections and prints how many got each status: the fixed amount of work the
+//! instruction counts are taken over (wrk, which runs for a time, measures throughput).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use clap::{Parser, Subcommand, ValueEnum};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use tollgate::{Limits, RateLimitLayer};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+
+#[derive(Parser)]
+#[command(about = "axum hello servers for loadtest/axum.sh, and a fixed-count load generator")]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve one variant until SIGTERM or Ctrl-C.
+    Serve {
+        limiter: Limiter,
+        quota: QuotaKind,
+        #[arg(long, default_value = "127.0.0.1:18090")]
+        listen: SocketAddr,
+    },
+    /// Send a fixed number of requests and print the statuses received.
+    Load {
+        #[arg(long, default_value = "127.0.0.1:18090")]
+        target: SocketAddr,
+        #[arg(long, default_value_t = 10_000)]
+        requests: u64,
+        #[arg(long, default_value_t = 1)]
+        connections: u64,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Limiter {
+    Bare,
+    Tollgate,
+    TollgateNoHeaders,
+    TollgateWrapped,
+    Governor,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum QuotaKind {
+    /// 1,000,000/s, burst 1,000,000.
+    Never,
+    /// 1/s, burst 1.
+    Deny,
+}
+
+impl QuotaKind {
+    /// The quota as (tokens per second, burst).
+    fn rate_and_burst(self) -> (u64, u32) {
+        match self {
+            QuotaKind::Never => (1_000_000, 1_000_000),
+            QuotaKind::Deny => (1, 1),
+        }
+    }
+}
+
+fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error::Error>> {
+    let app = Router::new().route("/", get(|| async { "hello\n" }));
+    let (per_second, burst) = quota.rate_and_burst();
+    Ok(match limiter {
+        Limiter::Bare => app,
+        Limiter::Tollgate | Limiter::TollgateNoHeaders | Limiter::TollgateWrapped => {
+            let headers = match limiter {
+                Limiter::TollgateNoHeaders => "none",
+                _ => "ietf",
+            };
+            let toml = format!(
+                "[response]\nheaders = \"{headers}\"\n\n\
+                 [limits]\n\"/\" = {{ rate = \"{per_second}/s\", burst = {burst} }}\n"
+            );
+            let layer = RateLimitLayer::new(Limits::from_toml(&toml)?);
+            match limiter {
+                Limiter::TollgateWrapped => app.layer(layer),
+                _ => app.layer(layer.axum_body()),
+            }
+        }
+        Limiter::Governor => {
+            let config = GovernorConfigBuilder::default()
+                .per_nanosecond(1_000_000_000 / per_second)
+                .burst_size(burst)
+                .finish()
+                .ok_or("tower_governor refused the quota")?;
+            app.layer(GovernorLayer::new(config))
+        }
+    })
+}
+
+async fn serve(
+    limiter: Limiter,
+    quota: QuotaKind,
+    listen: SocketAddr,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let app = app(limiter, quota)?;
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    eprintln!("bench_hello: serving on http://{}", listener.local_addr()?);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// One keep-alive connection sending `requests` requests one after another.
+async fn connection(
+    target: SocketAddr,
+    requests: u64,
+) -> Result<BTreeMap<u16, u64>, Box<dyn std::error::Error + Send + Sync>> {
+    let stream = tokio::net::TcpStream::connect(target).await?;
+    stream.set_nodelay(true)?;
+    let (mut sender, driver) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(driver);
+    let mut statuses = BTreeMap::new();
+    for _ in 0..requests {
+        sender.ready().await?;
+        let request = http::Request::get("/")
+            .header(http::header::HOST, target.to_string())
+            .body(Empty::<Bytes>::new())?;
+        let response = sender.send_request(request).await?;
+        *statuses.entry(response.status().as_u16()).or_insert(0) += 1;
+        response.into_body().collect().await?;
+    }
+    Ok(statuses)
+}
+
+async fn load(
+    target: SocketAddr,
+    requests: u64,
+    connections: u64,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let connections = connections.clamp(1, requests.max(1));
+    let mut tasks = Vec::new();
+    for index in 0..connections {
+        // Spread the remainder so the total is exactly `requests`.
+        let share = requests / connections + u64::from(index < requests % connections);
+        tasks.push(tokio::spawn(connection(target, share)));
+    }
+    let mut statuses = BTreeMap::new();
+    for task in tasks {
+        for (status, count) in task.await?? {
+            *statuses.entry(status).or_insert(0) += count;
+        }
+    }
+    let summary: Vec<String> = statuses
+        .iter()
+        .map(|(status, count)| format!("{status}={count}"))
+        .collect();
+    eprintln!("bench_hello: {requests} requests: {}", summary.join(" "));
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let args = Args::parse();
+    match args.command {
+        Command::Serve {
+            limiter,
+            quota,
+            listen,
+        } => {
+            // One thread: the instruction counts then hold no cross-thread wake-ups, and
+            // wrk's throughput is per core, like the gateway benchmark's.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime
+                .block_on(serve(limiter, quota, listen))
+                .map_err(|error| error.to_string().into())
+        }
+        Command::Load {
+            target,
+            requests,
+            connections,
+        } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(600),
+                    load(target, requests, connections),
+                )
+                .await
+                .map_err(|_| "load did not finish within 600 s")?
+            })
+        }
+    }
+}

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# What tollgate costs on the request path, beside what people would use instead, in one run:
+# the table of issue 23 (BENCHMARKS.md, "Overhead against tower_governor and nginx").
+#
+#   bash loadtest/overhead.sh                  # everything, ~15 minutes
+#   PARTS="layer" bash loadtest/overhead.sh    # only the callgrind rows (~5 minutes)
+#
+# PARTS (default "layer gateway decision"; add "profile" for the fourth) picks the parts:
+#
+# - layer: instructions per request under callgrind (loadtest/axum.sh, MEASURE=instructions)
+#   for bare axum "hello", behind tollgate (IETF headers; headers = "none") and behind
+#   tower_governor (built in the same run, from the same Cargo.lock), never and mostly
+#   denying; each limiter's cost is its count minus bare's.
+# - gateway: the example gateway beside Debian's nginx `limit_req` in front of the same
+#   upstream (server/loadtest/gateway.sh): proxy CPU time per request (user + system from
+#   /proc/<pid>/stat, which leaves out time stolen by the hypervisor), never and mostly
+#   denying. The steal the whole machine saw during that part is printed beside it.
+# - profile: the gateway under callgrind proxying to nginx, instructions per proxied request
+#   by crate and by function (loadtest/profile.py; KEEP=dir keeps the callgrind files).
+# - decision: criterion, the whole per-request decision at 100,000 and 1,000,000 live
+#   clients beside governor's keyed `check_key` (benches/decision.rs).
+#
+# ROUNDS, DURATION, CONNECTIONS and REQUESTS go to the scripts above. Needs valgrind, wrk,
+# nginx and taskset (apt-get install -y valgrind wrk nginx util-linux).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PARTS=${PARTS:-layer gateway decision}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+steal_ticks() { awk '/^cpu / { print $9 }' /proc/stat; }
+all_ticks() { awk '/^cpu / { s = 0; for (i = 2; i <= NF; i++) s += $i; print s }' /proc/stat; }
+
+if [[ $PARTS == *layer* ]]; then
+  echo "== layer: callgrind, instructions per request (loadtest/axum.sh)"
+  keep=${KEEP:-$out/callgrind}
+  MEASURE=instructions KEEP="$keep" \
+    VARIANTS="bare never,tollgate never,tollgate-no-headers never,governor never,tollgate deny,governor deny" \
+    bash loadtest/axum.sh | tee "$out/layer"
+  if command -v python3 >/dev/null; then
+    r=${REQUESTS:-5000}
+    for variant in tollgate governor; do
+      echo
+      echo "== layer: what $variant adds over bare axum, by function (loadtest/profile.py)"
+      python3 loadtest/profile.py "$keep/callgrind.$variant.$r" "$keep/callgrind.$variant.$((2 * r))" "$r" 20 \
+        --minus "$keep/callgrind.bare.$r" "$keep/callgrind.bare.$((2 * r))"
+    done
+  fi
+fi
+
+if [[ $PARTS == *gateway* ]]; then
+  echo
+  echo "== gateway: CPU per request beside nginx limit_req (server/loadtest/gateway.sh)"
+  steal0=$(steal_ticks); all0=$(all_ticks)
+  bash server/loadtest/gateway.sh | tee "$out/gateway"
+  steal1=$(steal_ticks); all1=$(all_ticks)
+  awk -v s=$((steal1 - steal0)) -v a=$((all1 - all0)) \
+    'BEGIN { printf "   steal during the gateway part: %.1f%% of all CPU time (not in the per-process figures)\n", a ? 100 * s / a : 0 }' \
+    | tee -a "$out/gateway"
+fi
+
+if [[ $PARTS == *profile* ]]; then
+  # Where a proxied request's instructions go: the gateway under callgrind, one worker
+  # thread, an nginx upstream, N then 2N requests over one keep-alive connection.
+  echo
+  echo "== profile: the gateway proxying, instructions per request by crate (callgrind)"
+  command -v python3 >/dev/null || { echo "the profile part needs python3" >&2; exit 1; }
+  cargo build --release --example gateway --example bench_hello
+  source loadtest/lib.sh
+  trap 'cleanup_pids; rm -rf "$out"' EXIT
+  mkdir -p "$out/nginx"
+  cat > "$out/nginx/upstream.conf" <<CONF
+daemon off; master_process off; worker_processes 1; user root;
+pid $out/nginx/pid; error_log $out/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off; client_body_temp_path $out/nginx/b; proxy_temp_path $out/nginx/p;
+  fastcgi_temp_path $out/nginx/f; uwsgi_temp_path $out/nginx/u; scgi_temp_path $out/nginx/s;
+  server { listen 127.0.0.1:18081; keepalive_requests 1000000;
+           location / { return 200 'hello from the upstream\n'; } }
+}
+CONF
+  nginx -c "$out/nginx/upstream.conf" &
+  pids+=($!)
+  wait_port 18081
+  printf '[limits]\n"/" = "1000000/s"\n' > "$out/profile.toml"
+  n=${PROFILE_REQUESTS:-2000}
+  for count in "$n" $((2 * n)); do
+    TOKIO_WORKER_THREADS=1 RUST_LOG=warn valgrind --tool=callgrind \
+      --callgrind-out-file="$out/gateway.$count" target/release/examples/gateway \
+      --config "$out/profile.toml" --listen 127.0.0.1:18083 --admin 127.0.0.1:18084 \
+      --upstream http://127.0.0.1:18081 2>/dev/null &
+    gateway=$!
+    pids+=("$gateway")
+    wait_port 18083 600
+    target/release/examples/bench_hello load --target 127.0.0.1:18083 --requests 200 2>/dev/null
+    callgrind_control --zero "$gateway" >/dev/null 2>&1
+    target/release/examples/bench_hello load --target 127.0.0.1:18083 --requests "$count" 2>/dev/null
+    callgrind_control --dump "$gateway" >/dev/null 2>&1
+    kill -TERM "$gateway"; wait "$gateway" 2>/dev/null || true
+  done
+  python3 loadtest/profile.py "$out/gateway.$n.1" "$out/gateway.$((2 * n)).1" "$n" 20 | tee "$out/profile"
+  [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp "$out"/gateway.*.1 "$KEEP/"; }
+fi
+
+if [[ $PARTS == *decision* ]]; then
+  echo
+  echo "== decision: criterion, 100,000 and 1,000,000 live clients (benches/decision.rs)"
+  # One invocation per side, alternating for ROUNDS rounds, so both sides see the same
+  # drift of this shared machine; the summary takes each side's median over the rounds.
+  cargo bench --bench decision --no-run 2>&1 | tail -1
+  : > "$out/decision"
+  for round in $(seq "${ROUNDS:-3}"); do
+    for side in "decision/rules=10/clients=(100000|1000000)" "governor/clients=(100000|1000000)"; do
+      cargo bench --bench decision -- "^$side\$" --warm-up-time 2 --measurement-time 4 2>&1 \
+        | grep -E "^(decision|governor)/|time:" | tee -a "$out/decision"
+    done
+  done
+fi
+
+# The summary table.
+source loadtest/lib.sh
+added() { awk -v n="$1" '$1 == n { print $3 }' "$out/layer" | tr -d '+'; }
+cpu() { # scenario, proxy
+  awk -v s="$1" -v p="$2" '/^== / { in_s = ($2 == s) } in_s && $1 == p && /CPU/ { for (i = 1; i <= NF; i++) if ($i == "CPU") print $(i + 1) }' "$out/gateway"
+}
+median_ns() { # criterion id -> the median over rounds of its per-round median, in ns
+  awk -v id="$1" '$1 == id { want = 1 } want && /time:/ {
+      for (i = 1; i <= NF; i++) if ($i == "time:") break
+      v = $(i + 3); u = $(i + 4); gsub(/[^0-9.]/, "", v)
+      if (u ~ /^µs/ || u ~ /^us/) v *= 1000; else if (u ~ /^ms/) v *= 1e6
+      print v; want = 0 }' "$out/decision" | median
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f×", a / b }'; }
+
+echo
+echo "== summary (this run)"
+echo "| measure | tollgate | anchor | ratio |"
+echo "|---|---|---|---|"
+if [ -f "$out/layer" ]; then
+  t=$(added tollgate); n=$(added tollgate-no-headers); g=$(added governor)
+  td=$(added tollgate-denying); gd=$(added governor-denying)
+  echo "| instructions added per admitted request, IETF headers on | +$t | tower_governor +$g | $(ratio "$t" "$g") |"
+  echo "| the same, \`headers = \"none\"\` | +$n | tower_governor +$g | $(ratio "$n" "$g") |"
+  echo "| instructions added per denied request | +$td | tower_governor +$gd | $(ratio "$td" "$gd") |"
+fi
+if [ -f "$out/gateway" ]; then
+  gn=$(cpu never-denying gateway); nn=$(cpu never-denying nginx)
+  gm=$(cpu mostly-denying gateway); nm=$(cpu mostly-denying nginx)
+  echo "| gateway CPU per request, never denying | $gn µs | nginx \`limit_req\` $nn µs | $(ratio "$gn" "$nn") |"
+  echo "| gateway CPU per request, mostly denying | $gm µs | nginx $nm µs | $(ratio "$gm" "$nm") |"
+fi
+if [ -f "$out/decision" ]; then
+  t1=$(median_ns "decision/rules=10/clients=100000"); g1=$(median_ns "governor/clients=100000")
+  t2=$(median_ns "decision/rules=10/clients=1000000"); g2=$(median_ns "governor/clients=1000000")
+  echo "| decision at 100k / 1M live clients (criterion) | $t1 / $t2 ns | governor \`check_key\` $g1 / $g2 ns | $(ratio "$t1" "$g1") / $(ratio "$t2" "$g2") |"
+fi

@@ -1,0 +1,641 @@
+//! The admin listener: health, config status, bucket introspection, explain, metrics.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /` | the introspection page (self-contained HTML, no CDN) |
+//! | `GET /healthz` | `ok` |
+//! | `GET /schema.json` | the config file's JSON Schema (what `gateway --print-schema` prints) |
+//! | `GET /openapi.json` | this API described in OpenAPI 3.1 |
+//! | `GET /config` | active rules, sources (files and URLs: last read, validator, last error), generation, loaded-at, last reload error, the last reloads (newest first: time, trigger, generation, rules added/removed/changed with old → new, or the error) |
+//! | `GET /buckets?prefix=&max_fraction=&sort=&limit=` | buckets, filtered and sorted server-side |
+//! | `DELETE /buckets/{key}` | forgive one client: drop its bucket |
+//! | `GET /explain?path=&client=` | which rule and bucket a request would use, and why |
+//! | `GET /traffic?rules=&top=` | per-rule traffic over the last 15 minutes in 5 s slots (admitted, refused, shadow-refused, delayed), rules with the most refusals first (at most `rules`, default 50), each with its `top` most refused clients (default 10) |
+//! | `GET /metrics` | Prometheus text |
+//!
+//! With an `admin_token`, every route but `/healthz`, `/schema.json`, `/openapi.json` and the
+//! page itself needs
+//! `Authorization: Bearer <token>` (the page asks for the token and sends it).
+//! Times are UNIX seconds.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use tollgate::config::{Per, RuleId, RuleSet, Validator};
+use tollgate::key::{Client, normalize_route};
+use tollgate::reload::SourceStatus;
+use tollgate::store::{
+    BackendStore, BucketQuery, BucketRef, BucketSort, CALLER_DEFINED_PREFIX, Store, StoreError,
+};
+use tollgate::{Concurrency, Limits, Quota};
+
+use super::admin_page;
+use super::credentials::constant_time_eq;
+use super::server::{json_error, serve_http};
+use super::settings::DEFAULT_HEADER_READ_TIMEOUT;
+
+/// Most rows one `/buckets` call returns.
+pub const MAX_ROWS: usize = 10_000;
+
+const PAGE: &str = include_str!("admin_page.html");
+
+/// The admin API described in OpenAPI 3.1 (a test checks it names every route here).
+const OPENAPI: &str = include_str!("openapi.json");
+
+struct AdminState<St> {
+    limits: Limits<St>,
+    metrics: PrometheusHandle,
+    token: Option<Arc<str>>,
+}
+
+// By hand: a derive would demand `St: Clone`, and `Limits` is shared, not copied.
+impl<St> Clone for AdminState<St> {
+    fn clone(&self) -> Self {
+        AdminState {
+            limits: self.limits.clone(),
+            metrics: self.metrics.clone(),
+            token: self.token.clone(),
+        }
+    }
+}
+
+/// The admin router over `limits`; `token` guards everything but `/healthz` and the page.
+pub fn router(
+    limits: Limits<BackendStore>,
+    metrics: PrometheusHandle,
+    token: Option<String>,
+) -> Router {
+    let state = AdminState {
+        limits,
+        metrics,
+        token: token.map(Arc::from),
+    };
+    let guarded = Router::new()
+        .route("/config", get(config))
+        .route("/buckets", get(buckets))
+        .route("/buckets/{*key}", axum::routing::delete(forgive))
+        .route("/explain", get(explain))
+        .route("/metrics", get(render_metrics))
+        .route("/traffic", get(traffic))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/", get(page))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/schema.json",
+            get(|| async { Json(tollgate::config::json_schema()) }),
+        )
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
+        .merge(guarded)
+        .with_state(state)
+}
+
+/// What the admin front end needs besides the limits.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct AdminOptions {
+    /// Renders `/metrics` (from [`metrics::install`](super::metrics::install)).
+    pub metrics: PrometheusHandle,
+    /// A bearer token every route but `/healthz` and the page requires.
+    pub token: Option<String>,
+    /// How long a client has to send a request's headers (slowloris defence).
+    pub header_read_timeout: Duration,
+}
+
+impl AdminOptions {
+    /// Options rendering `metrics`, with no token and the default header read timeout.
+    pub fn new(metrics: PrometheusHandle) -> AdminOptions {
+        AdminOptions {
+            metrics,
+            token: None,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+        }
+    }
+}
+
+/// The admin listener on `listener` until `shutdown` completes, then lets requests in
+/// flight finish.
+///
+/// ```no_run
+/// use tollgate::Limits;
+/// use tollgate_server::admin::{self, AdminOptions};
+/// use tollgate::store::BackendStore;
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let metrics = tollgate_server::metrics::install();
+/// let limits = Limits::builder()
+///     .store(BackendStore::new())
+///     .from_toml("[limits]\n\"/\" = \"20/s\"\n")?;
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:9090").await?;
+/// admin::serve(limits, listener, AdminOptions::new(metrics), tollgate_server::shutdown_signal()).await;
+/// # Ok(()) }
+/// ```
+pub async fn serve(
+    limits: Limits<BackendStore>,
+    listener: TcpListener,
+    options: AdminOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let app = router(limits, options.metrics, options.token);
+    serve_http(
+        listener,
+        app,
+        "admin",
+        options.header_read_timeout,
+        shutdown,
+    )
+    .await;
+}
+
+async fn require_token<St>(
+    State(state): State<AdminState<St>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(expected) = &state.token else {
+        return next.run(request).await;
+    };
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
+        next.run(request).await
+    } else {
+        let mut response = json_error(StatusCode::UNAUTHORIZED, "unauthorized");
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        response
+    }
+}
+
+fn unix_seconds(time: SystemTime) -> f64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+async fn config(State(state): State<AdminState<BackendStore>>) -> Json<Value> {
+    Json(config_json(&state))
+}
+
+/// `/config`'s answer: what the page shows, too.
+fn config_json(state: &AdminState<BackendStore>) -> Value {
+    let status = state.limits.status();
+    let rules = state.limits.rules();
+    json!({
+        "generation": status.generation,
+        "loaded_at": unix_seconds(status.loaded_at),
+        "files": status.files,
+        "last_error": status.last_error,
+        "last_error_at": status.last_error_at.map(unix_seconds),
+        "failures": status.failures,
+        "sources": status.sources.iter().map(source_json).collect::<Vec<_>>(),
+        "store": store_json(state.limits.store()),
+        "rules": rules_json(&rules),
+        "concurrency": concurrency_json(&state.limits, &rules),
+        "reloads": status.history.iter().rev().map(reload_json).collect::<Vec<_>>(),
+    })
+}
+
+/// The page, filled with the data of the moment (filtered as its address says), unless a
+/// token guards the data: then empty, for its script to fill once given the token.
+async fn page(
+    State(state): State<AdminState<BackendStore>>,
+    params: Result<Query<BucketParams>, axum::extract::rejection::QueryRejection>,
+) -> Html<String> {
+    if state.token.is_some() {
+        return Html(admin_page::render(PAGE, None));
+    }
+    let params = params.map(|Query(params)| params).unwrap_or_default();
+    let mut filters = Vec::new();
+    if let Some(prefix) = params.prefix.as_deref().filter(|p| !p.is_empty()) {
+        filters.push(format!("under {prefix}"));
+    }
+    if let Some(max) = params.max_fraction {
+        filters.push(format!("at most {}% of budget left", (max * 100.0).round()));
+    }
+    let buckets = match buckets_json(&state, params).await {
+        Ok(buckets) => buckets,
+        Err(_) => json!({ "limit": 0, "rows": [] }),
+    };
+    let view = admin_page::View {
+        buckets,
+        traffic: traffic_json(&state, 50, 5),
+        config: config_json(&state),
+        filters: filters.join(", "),
+    };
+    Html(admin_page::render(PAGE, Some(&view)))
+}
+
+/// One reload of the history: when, why, the generation after it, and what changed (or
+/// why it was refused).
+fn reload_json(event: &tollgate::reload::ReloadEvent) -> Value {
+    json!({
+        "at": unix_seconds(event.at),
+        "trigger": event.trigger,
+        "sources": event.sources,
+        "generation": event.generation,
+        "applied": event.error.is_none(),
+        "error": event.error,
+        "changes": event.changes,
+    })
+}
+
+/// Each concurrency cap now: requests in flight (over all its buckets), the limit (per
+/// bucket; an adaptive limit's current value) and an adaptive limit's measured no-load
+/// latency.
+fn concurrency_json(limits: &Limits<BackendStore>, rules: &RuleSet) -> Vec<Value> {
+    rules
+        .rules()
+        .iter()
+        .filter_map(|rule| {
+            let cap = rule.concurrency()?;
+            let in_flight = limits.in_flight().in_flight(rule.id().get());
+            let (limit, baseline) = match cap {
+                Concurrency::Fixed(n) => (n, None),
+                Concurrency::Adaptive(settings) => limits
+                    .adaptive_state(rule.id())
+                    .unwrap_or((settings.min, None)),
+            };
+            Some(json!({
+                "rule": rule.name(),
+                "kind": rule.kind(),
+                "in_flight": in_flight,
+                "limit": limit,
+                "adaptive": matches!(cap, Concurrency::Adaptive(_)),
+                "baseline_ms": baseline.map(|b| b.as_secs_f64() * 1e3),
+            }))
+        })
+        .collect()
+}
+
+/// One config source: what was read from it last, and how the last read went.
+fn source_json(source: &SourceStatus) -> Value {
+    let validator = match &source.validator {
+        Some(Validator::ETag(tag)) => json!({ "etag": tag }),
+        Some(Validator::LastModified(date)) => json!({ "last_modified": date }),
+        Some(Validator::Modified(time)) => json!({ "modified": unix_seconds(*time) }),
+        _ => Value::Null,
+    };
+    json!({
+        "source": source.name,
+        "kind": if source.remote { "url" } else { "file" },
+        "last_read_at": source.last_read_at.map(unix_seconds),
+        "validator": validator,
+        "last_error": source.last_error,
+        "last_error_at": source.last_error_at.map(unix_seconds),
+        "reads": source.reads,
+        "from_cache": source.from_cache,
+    })
+}
+
+/// Where buckets live, and whether Redis is being skipped right now.
+fn store_json(store: &BackendStore) -> Value {
+    match store.redis() {
+        Some(redis) => json!({ "backend": "redis", "breaker_open": redis.breaker_open() }),
+        None => json!({ "backend": "memory", "buckets": store.memory().len() }),
+    }
+}
+
+/// The rule table as JSON: what `/config` shows.
+pub fn rules_json(rules: &RuleSet) -> Vec<Value> {
+    rules
+        .rules()
+        .iter()
+        .map(|rule| {
+            let limit = match rule.per() {
+                None => json!("unlimited"),
+                Some(per) => json!({
+                    "rates": rule.quotas().iter().map(|q| q.rate().to_string()).collect::<Vec<_>>(),
+                    "bursts": rule.quotas().iter().map(Quota::burst).collect::<Vec<_>>(),
+                    "cost": rule.cost(),
+                    "per": match per { Per::Client => "client", Per::Global => "global" },
+                    "algorithm": rule.algorithm().map(|a| a.to_string()),
+                    "kind": rule.kind(),
+                    "strict": rule.is_strict(),
+                    "on_limit": if rule.shaping().and_then(|s| s.delay()).is_some() { "delay" } else { "reject" },
+                    "max_delay_seconds": rule.shaping().and_then(|s| s.delay()).map(|d| d.max().as_secs_f64()),
+                    "delay_after": rule.shaping().and_then(|s| s.delay()).and_then(|d| d.after()),
+                    "warmup_seconds": rule.shaping().and_then(|s| s.warmup()).map(|w| w.as_secs_f64()),
+                    "shadow": rule.is_shadow(),
+                    "count_status": rule.count_status().map(ToString::to_string),
+                }),
+            };
+            json!({ "rule": rule.name(), "limit": limit, "origin": rule.origin().to_string() })
+        })
+        .collect()
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct BucketParams {
+    prefix: Option<String>,
+    max_fraction: Option<f64>,
+    sort: Option<String>,
+    limit: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct TrafficParams {
+    rules: Option<usize>,
+    top: Option<usize>,
+}
+
+/// Most rules and most clients per rule one `/traffic` call returns.
+const MAX_TRAFFIC_RULES: usize = tollgate::traffic::Traffic::MAX_RULES;
+const MAX_TOP_CLIENTS: usize = 32;
+
+async fn traffic(
+    State(state): State<AdminState<BackendStore>>,
+    params: Result<Query<TrafficParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Query(params) = match params {
+        Ok(params) => params,
+        Err(rejection) => return bad_request(&rejection.body_text()),
+    };
+    let top = params.top.unwrap_or(10).min(MAX_TOP_CLIENTS);
+    let rules = params.rules.unwrap_or(50).clamp(1, MAX_TRAFFIC_RULES);
+    Json(traffic_json(&state, rules, top)).into_response()
+}
+
+/// `/traffic`'s answer: what the page charts, too.
+fn traffic_json(state: &AdminState<BackendStore>, rules: usize, top: usize) -> Value {
+    let mut report = state.limits.traffic().report(state.limits.now(), top);
+    report.rules.truncate(rules);
+    let mut value = serde_json::to_value(&report).unwrap_or(Value::Null);
+    // What the page links to: each active rule's path (for explain) and each refused
+    // client's bucket key (for the bucket view and forgive).
+    let active = state.limits.rules();
+    if let Some(reports) = value.get_mut("rules").and_then(Value::as_array_mut) {
+        for report in reports {
+            let Some(rule) = report
+                .get("rule")
+                .and_then(Value::as_str)
+                .and_then(|name| active.rules().iter().find(|rule| rule.name() == name))
+            else {
+                continue;
+            };
+            report["path"] = json!(format!("/{}", rule.key()));
+            if let Some(top) = report.get_mut("top_refused").and_then(Value::as_array_mut) {
+                for heavy in top {
+                    if let Some(client) = heavy.get("client").and_then(Value::as_str) {
+                        let bucket = rule.bucket_key(&Client::from_segment(client));
+                        heavy["bucket"] = json!(bucket);
+                    }
+                }
+            }
+        }
+    }
+    value
+}
+
+async fn buckets(
+    State(state): State<AdminState<BackendStore>>,
+    params: Result<Query<BucketParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Query(params) = match params {
+        Ok(params) => params,
+        Err(rejection) => return bad_request(&rejection.body_text()),
+    };
+    match buckets_json(&state, params).await {
+        Ok(rows) => Json(rows).into_response(),
+        Err(Refusal::BadRequest(message)) => bad_request(&message),
+        Err(Refusal::Store(failure)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, failure.to_string()).into_response()
+        }
+    }
+}
+
+/// Why a bucket listing was not made.
+enum Refusal {
+    BadRequest(String),
+    Store(StoreError),
+}
+
+/// `/buckets`' answer for `params`: what the page shows, too.
+async fn buckets_json(
+    state: &AdminState<BackendStore>,
+    params: BucketParams,
+) -> Result<Value, Refusal> {
+    let mut query = BucketQuery::new(state.limits.rules().clone(), state.limits.now());
+    query.prefix = params.prefix.unwrap_or_default();
+    if let Some(max) = params.max_fraction {
+        if !(0.0..=1.0).contains(&max) {
+            return Err(Refusal::BadRequest(format!(
+                "max_fraction must be between 0 and 1, found {max}"
+            )));
+        }
+        query.max_fraction = Some(max);
+    }
+    if let Some(sort) = params.sort.filter(|s| !s.is_empty()) {
+        match sort.parse::<BucketSort>() {
+            Ok(sort) => query.sort = sort,
+            Err(message) => return Err(Refusal::BadRequest(message)),
+        }
+    }
+    query.limit = params.limit.unwrap_or(100).clamp(1, MAX_ROWS);
+    let limit = query.limit;
+    let rows = state
+        .limits
+        .store()
+        .buckets(query)
+        .await
+        .map_err(Refusal::Store)?;
+    Ok(json!({
+        "limit": limit,
+        "rows": rows.iter().map(|row| json!({
+            "key": row.key,
+            "rule": row.rule,
+            "kind": row.kind,
+            "remaining": row.remaining,
+            "capacity": row.capacity,
+            "fraction": row.fraction,
+            "last_seen": row.last_seen.as_unix_nanos() as f64 / 1e9,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+async fn forgive(
+    State(state): State<AdminState<BackendStore>>,
+    Path(key): Path<String>,
+) -> Response {
+    let rules = state.limits.rules().clone();
+    // A global rule's one bucket is listed under the rule's name; others as `rule/client`.
+    let global = rules
+        .rules()
+        .iter()
+        .find(|r| r.name() == key && r.per() == Some(Per::Global));
+    if let Some(client) = key.strip_prefix(CALLER_DEFINED_PREFIX) {
+        let client = Client::Key(client.into());
+        let bucket = BucketRef {
+            rule: RuleId::CALLER_DEFINED,
+            client: Some(&client),
+        };
+        let removed = state.limits.store().remove(bucket).await;
+        return forgiven(&key, removed);
+    }
+    let (rule, client) = match global {
+        Some(rule) => (rule, None),
+        None => {
+            let (rule_key, client) = key.rsplit_once('/').unwrap_or(("", key.as_str()));
+            let Some(rule) = rules.get(rule_key).filter(|r| r.per() == Some(Per::Client)) else {
+                return json_error(StatusCode::NOT_FOUND, "no_such_rule");
+            };
+            (rule, Some(Client::from_segment(client)))
+        }
+    };
+    let bucket = BucketRef {
+        rule: rule.id(),
+        client: client.as_ref(),
+    };
+    let removed = state.limits.store().remove(bucket).await;
+    forgiven(&key, removed)
+}
+
+/// The answer to a forgive: 204, 404 if there was no such bucket, 503 if the store failed.
+fn forgiven(key: &str, removed: Result<bool, StoreError>) -> Response {
+    match removed {
+        Ok(true) => {
+            tracing::info!(bucket = key, "bucket forgiven");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(false) => json_error(StatusCode::NOT_FOUND, "no_such_bucket"),
+        Err(failure) => (StatusCode::SERVICE_UNAVAILABLE, failure.to_string()).into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ExplainParams {
+    path: Option<String>,
+    client: Option<String>,
+}
+
+async fn explain(
+    State(state): State<AdminState<BackendStore>>,
+    params: Result<Query<ExplainParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(params)) = params else {
+        return bad_request("expected ?path=/some/path&client=203.0.113.7");
+    };
+    let Some(client) = params.client.filter(|c| !c.is_empty()) else {
+        return bad_request("client is required (an address or an API key)");
+    };
+    let path = params.path.unwrap_or_else(|| "/".into());
+    let rules = state.limits.rules().clone();
+    let route = normalize_route(&path, rules.route_settings());
+    // Addresses are grouped as the layer groups them (IPv6 by prefix).
+    let client = match client.parse::<IpAddr>() {
+        Ok(address) => Client::from_ip(address, rules.client_settings().ipv6_prefix).to_string(),
+        Err(_) => client,
+    };
+    let why = rules.explain(&route, &client);
+    let state_now = match &why.bucket {
+        Some(_) => state.limits.peek(&why.key).await.ok().map(|d| {
+            json!({
+                "allowed": d.allowed(),
+                "remaining": d.remaining(),
+                "capacity": d.limit(),
+                "reset_seconds": d.reset().as_secs_f64(),
+            })
+        }),
+        None => None,
+    };
+    Json(json!({
+        "path": path,
+        "route": why.route,
+        "client": why.client,
+        "key": why.key,
+        "tried": why.tried.iter().map(|s| json!({"prefix": s.prefix, "has_rule": s.has_rule})).collect::<Vec<_>>(),
+        "rule": why.rule,
+        "kind": why.kind,
+        "bucket": why.bucket,
+        "state": state_now,
+    }))
+    .into_response()
+}
+
+async fn render_metrics(State(state): State<AdminState<BackendStore>>) -> Response {
+    // With Redis, the buckets this instance holds are its fallback ones.
+    metrics::gauge!("tollgate_buckets_active").set(state.limits.store().memory().len() as f64);
+    state.metrics.run_upkeep();
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    (headers, state.metrics.render()).into_response()
+}
+
+fn bad_request(message: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({ "error": "bad_request", "message": message })),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The routes this file registers, as OpenAPI writes them (`{*key}` → `{key}`), with
+    /// their methods.
+    fn registered() -> std::collections::BTreeSet<(String, String)> {
+        let source = include_str!("admin.rs");
+        // The code, not this test's own strings.
+        let code = source.split("#[cfg(test)]").next().unwrap_or(source);
+        let mut routes = std::collections::BTreeSet::new();
+        let mut rest = code;
+        while let Some(at) = rest.find(".route(") {
+            rest = &rest[at + ".route(".len()..];
+            let Some(path) = rest.trim_start().strip_prefix('"') else {
+                continue;
+            };
+            let Some(end) = path.find('"') else { break };
+            let route = path[..end].replace("{*", "{");
+            let call = &path[end..path.find(".route(").unwrap_or(path.len())];
+            let method = if call.contains("delete(") {
+                "delete"
+            } else {
+                "get"
+            };
+            routes.insert((route, method.to_owned()));
+        }
+        routes
+    }
+
+    #[test]
+    fn the_openapi_document_describes_every_admin_route_and_no_other() {
+        let document: Value = serde_json::from_str(OPENAPI).unwrap();
+        assert_eq!(document["openapi"], "3.1.0");
+        let mut described = std::collections::BTreeSet::new();
+        for (path, operations) in document["paths"].as_object().unwrap() {
+            for method in operations.as_object().unwrap().keys() {
+                described.insert((path.clone(), method.clone()));
+            }
+        }
+        let registered = registered();
+        assert!(registered.len() >= 10, "{registered:?}");
+        assert_eq!(described, registered);
+    }
+}

@@ -1,0 +1,388 @@
+//! The reverse proxy: forwards requests to one upstream and streams the answer back.
+//!
+//! Method, path, query, headers and bodies pass through, streamed in both directions;
+//! hop-by-hop headers (RFC 9110 §7.6.1: `Connection` and the headers it names,
+//! `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) do not. The
+//! client's address is appended to `X-Forwarded-For`, its `Host` is passed on as
+//! `X-Forwarded-Host` and the upstream gets its own `Host`. Connections to the upstream are
+//! pooled. An upstream that cannot be reached gives `502`; one that does not send its
+//! response headers within the timeout gives `504`.
+//!
+//! [`serve`] is the front end: the proxy behind [`RateLimitLayer`] on a listener, until
+//! shutdown. [`Proxy`] and [`handler`] are its parts, for an axum app of your own.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::response::Response;
+use http::StatusCode;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{PathAndQuery, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::net::TcpListener;
+
+use super::server::{json_error, serve_http};
+use super::settings::{DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT};
+use tollgate::store::Store;
+use tollgate::{Limits, RateLimitLayer};
+
+/// How the proxy front end forwards and serves.
+///
+/// ```
+/// use tollgate_server::proxy::ProxyOptions;
+///
+/// let options = ProxyOptions::new("http://127.0.0.1:8000".parse()?);
+/// assert_eq!(options.upstream_timeout.as_secs(), 30);
+/// # Ok::<(), http::uri::InvalidUri>(())
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ProxyOptions {
+    /// Where requests go: `http://host:port[/prefix]`.
+    pub upstream: Uri,
+    /// How long to wait for the upstream's response headers (then `504`).
+    pub upstream_timeout: Duration,
+    /// How long a client has to send a request's headers (slowloris defence).
+    pub header_read_timeout: Duration,
+}
+
+impl ProxyOptions {
+    /// Options forwarding to `upstream`, with the default timeouts.
+    pub fn new(upstream: Uri) -> ProxyOptions {
+        ProxyOptions {
+            upstream,
+            upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+        }
+    }
+}
+
+/// The rate-limiting reverse proxy on `listener`: every request is decided by `limits`
+/// and, if admitted, forwarded to the upstream. Runs until `shutdown` completes, then stops
+/// accepting and lets requests in flight finish.
+///
+/// ```no_run
+/// use tollgate::Limits;
+/// use tollgate_server::proxy::{self, ProxyOptions};
+///
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limits = Limits::from_toml("[limits]\n\"/\" = \"20/s\"\n")?;
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+/// let options = ProxyOptions::new("http://127.0.0.1:8000".parse()?);
+/// proxy::serve(limits, listener, options, tollgate_server::shutdown_signal()).await;
+/// # Ok(()) }
+/// ```
+pub async fn serve<St: Store>(
+    limits: Limits<St>,
+    listener: TcpListener,
+    options: ProxyOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let app = Router::new()
+        .fallback(handler)
+        .with_state(Arc::new(Proxy::new(
+            options.upstream,
+            options.upstream_timeout,
+        )))
+        .layer(RateLimitLayer::new(limits).axum_body());
+    serve_http(
+        listener,
+        app,
+        "proxy",
+        options.header_read_timeout,
+        shutdown,
+    )
+    .await;
+}
+
+/// Forwards requests to one upstream. Cheap to clone; clones share the connection pool.
+#[derive(Clone, Debug)]
+pub struct Proxy {
+    client: Client<HttpConnector, Body>,
+    upstream: Uri,
+    timeout: Duration,
+}
+
+const HOP_BY_HOP_COUNT: usize = 8;
+const HOP_BY_HOP: [HeaderName; HOP_BY_HOP_COUNT] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+impl Proxy {
+    /// A proxy to `upstream` (`http://host:port[/prefix]`) waiting at most `timeout` for
+    /// response headers.
+    pub fn new(upstream: Uri, timeout: Duration) -> Proxy {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(connector);
+        Proxy {
+            client,
+            upstream,
+            timeout,
+        }
+    }
+
+    /// The upstream requests go to.
+    pub fn upstream(&self) -> &Uri {
+        &self.upstream
+    }
+
+    /// Forwards `request` from `peer` and returns the upstream's response, or a 502/504.
+    pub async fn forward(&self, request: Request, peer: Option<SocketAddr>) -> Response {
+        let (mut parts, body) = request.into_parts();
+        let Some(uri) = self.upstream_uri(&parts.uri) else {
+            return json_error(StatusCode::BAD_REQUEST, "bad_request");
+        };
+        parts.uri = uri;
+        let original_host = parts.headers.remove(header::HOST);
+        strip_hop_by_hop(&mut parts.headers);
+        if let Some(peer) = peer {
+            append_forwarded_for(&mut parts.headers, peer);
+        }
+        if let Some(host) = original_host {
+            parts.headers.insert(X_FORWARDED_HOST, host);
+        }
+        parts
+            .headers
+            .insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        let request = Request::from_parts(parts, body);
+
+        match tokio::time::timeout(self.timeout, self.client.request(request)).await {
+            Err(_) => {
+                tracing::warn!(upstream = %self.upstream, timeout = ?self.timeout, "upstream timed out");
+                json_error(StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
+            }
+            Ok(Err(failure)) => {
+                tracing::warn!(upstream = %self.upstream, error = %failure, "upstream unreachable");
+                json_error(StatusCode::BAD_GATEWAY, "upstream_unavailable")
+            }
+            Ok(Ok(response)) => {
+                let (mut parts, body) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                Response::from_parts(parts, Body::new(body))
+            }
+        }
+    }
+
+    /// The upstream's scheme and authority, its path prefix, then the request's path and query.
+    fn upstream_uri(&self, requested: &Uri) -> Option<Uri> {
+        let prefix = self.upstream.path().trim_end_matches('/');
+        let path_and_query = match requested.path_and_query() {
+            // No prefix to add: the request's own path and query, shared, not re-parsed.
+            Some(path_and_query) if prefix.is_empty() => path_and_query.clone(),
+            None if prefix.is_empty() => PathAndQuery::from_static("/"),
+            requested => {
+                let requested = requested.map_or("/", PathAndQuery::as_str);
+                let mut joined = String::with_capacity(prefix.len() + requested.len());
+                joined.push_str(prefix);
+                joined.push_str(requested);
+                PathAndQuery::from_maybe_shared(joined).ok()?
+            }
+        };
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = self.upstream.scheme().cloned();
+        parts.authority = self.upstream.authority().cloned();
+        parts.path_and_query = Some(path_and_query);
+        Uri::from_parts(parts).ok()
+    }
+}
+
+/// The axum handler: every path goes to the upstream.
+pub async fn handler(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0);
+    proxy.forward(request, peer).await
+}
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none of these, or only `Connection: keep-alive` (every nginx
+    // response does): one pass over the names finds which are there, and only those pay a
+    // hashed removal.
+    let mut present = [false; HOP_BY_HOP_COUNT];
+    let mut upgrade = false;
+    for name in headers.keys() {
+        if let Some(index) = HOP_BY_HOP.iter().position(|hop| hop == name) {
+            present[index] = true;
+        } else if name == header::UPGRADE {
+            upgrade = true;
+        }
+    }
+    if !upgrade && !present.contains(&true) {
+        return;
+    }
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        // Connection options, not header names (`Keep-Alive` goes anyway, below).
+        .filter(|token| {
+            !token.eq_ignore_ascii_case("keep-alive") && !token.eq_ignore_ascii_case("close")
+        })
+        .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+        .collect();
+    for name in &named {
+        headers.remove(name);
+    }
+    for (name, _) in HOP_BY_HOP
+        .iter()
+        .zip(present)
+        .filter(|(_, present)| *present)
+    {
+        headers.remove(name);
+    }
+    if upgrade {
+        headers.remove(header::UPGRADE);
+    }
+}
+
+fn append_forwarded_for(headers: &mut HeaderMap, peer: SocketAddr) {
+    let peer = match peer.ip().to_canonical() {
+        // The common case, without the formatting machinery.
+        std::net::IpAddr::V4(v4) => {
+            let mut octet = itoa::Buffer::new();
+            let mut printed = String::with_capacity(15);
+            for (index, byte) in v4.octets().into_iter().enumerate() {
+                if index > 0 {
+                    printed.push('.');
+                }
+                printed.push_str(octet.format(byte));
+            }
+            printed
+        }
+        v6 => v6.to_string(),
+    };
+    let mut chain: Vec<&str> = headers
+        .get_all(X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    let value = if chain.is_empty() {
+        HeaderValue::from_maybe_shared(peer)
+    } else {
+        chain.push(&peer);
+        HeaderValue::from_maybe_shared(chain.join(", "))
+    };
+    if let Ok(value) = value {
+        headers.insert(X_FORWARDED_FOR, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_uris_keep_the_prefix_path_and_query() {
+        let proxy = Proxy::new(
+            "http://127.0.0.1:9/base/".parse().unwrap(),
+            Duration::from_secs(1),
+        );
+        let uri = proxy
+            .upstream_uri(&"/api/x?q=1&r=2".parse().unwrap())
+            .unwrap();
+        assert_eq!(uri, "http://127.0.0.1:9/base/api/x?q=1&r=2");
+        let bare = Proxy::new(
+            "http://127.0.0.1:9".parse().unwrap(),
+            Duration::from_secs(1),
+        );
+        assert_eq!(
+            bare.upstream_uri(&"/".parse().unwrap()).unwrap(),
+            "http://127.0.0.1:9/"
+        );
+    }
+
+    #[test]
+    fn messages_without_hop_by_hop_headers_are_left_alone() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-kept", HeaderValue::from_static("1"));
+        headers.insert(header::HOST, HeaderValue::from_static("example.com"));
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers.len(), 2);
+        let mut upgrade = headers.clone();
+        upgrade.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        strip_hop_by_hop(&mut upgrade);
+        assert_eq!(upgrade, headers);
+    }
+
+    #[test]
+    fn ipv6_peers_are_forwarded_in_their_canonical_form() {
+        let mut headers = HeaderMap::new();
+        append_forwarded_for(&mut headers, "[2001:db8::1]:5".parse().unwrap());
+        assert_eq!(headers[X_FORWARDED_FOR], "2001:db8::1");
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped_including_those_named_in_connection() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        headers.insert("x-secret", HeaderValue::from_static("1"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        headers.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(
+            headers.keys().map(HeaderName::as_str).collect::<Vec<_>>(),
+            ["x-kept"]
+        );
+    }
+
+    #[test]
+    fn every_hop_by_hop_header_goes_with_all_its_values_and_the_rest_stays() {
+        let mut headers = HeaderMap::new();
+        for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
+            headers.append(name, HeaderValue::from_static("a"));
+            headers.append(name, HeaderValue::from_static("b"));
+        }
+        headers.insert("x-kept", HeaderValue::from_static("1"));
+        headers.insert(header::HOST, HeaderValue::from_static("example.com"));
+        strip_hop_by_hop(&mut headers);
+        let mut left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["host", "x-kept"]);
+        let mut keep_alive = HeaderMap::new();
+        keep_alive.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        keep_alive.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        strip_hop_by_hop(&mut keep_alive);
+        assert_eq!(keep_alive.len(), 1, "only Connection goes");
+    }
+
+    #[test]
+    fn forwarded_for_is_appended() {
+        let mut headers = HeaderMap::new();
+        append_forwarded_for(&mut headers, "192.0.2.1:5".parse().unwrap());
+        assert_eq!(headers[X_FORWARDED_FOR], "192.0.2.1");
+        headers.append(X_FORWARDED_FOR, HeaderValue::from_static("10.0.0.1"));
+        append_forwarded_for(&mut headers, "[::ffff:192.0.2.2]:5".parse().unwrap());
+        assert_eq!(headers[X_FORWARDED_FOR], "192.0.2.1, 10.0.0.1, 192.0.2.2");
+    }
+}

@@ -1,0 +1,32 @@
+//! The service's config file schema: the library's
+//! ([`tollgate::config::json_schema`]) with the `[gateway]` table added, derived from
+//! [`Settings`], the type that reads it.
+
+use crate::Settings;
+
+/// The JSON Schema of a config file the service reads (draft-07, what editors read):
+/// tollgate's tables and `[gateway]`.
+///
+/// ```
+/// let schema = tollgate_server::json_schema();
+/// assert_eq!(schema["additionalProperties"], false);
+/// assert!(schema["properties"]["limits"].is_object());
+/// assert_eq!(schema["properties"]["gateway"]["additionalProperties"], false);
+/// ```
+pub fn json_schema() -> serde_json::Value {
+    let mut schema = tollgate::config::json_schema();
+    let generator = schemars::generate::SchemaSettings::draft07().into_generator();
+    let mut gateway = generator.into_root_schema_for::<Settings>().to_value();
+    if let Some(table) = gateway.as_object_mut() {
+        table.remove("$schema");
+        table.insert(
+            "description".into(),
+            "The service's own settings; flags and TOLLGATE_* environment variables win over them."
+                .into(),
+        );
+    }
+    if let Some(properties) = schema["properties"].as_object_mut() {
+        properties.insert("gateway".into(), gateway);
+    }
+    schema
+}

@@ -1,0 +1,455 @@
+//! The service's settings, in one type, from four places: a flag wins over its environment
+//! variable (`TOLLGATE_<FLAG>`), which wins over the config's `[gateway]` table, which wins
+//! over the default.
+//!
+//! [`Settings`] is what each place says, every field optional: clap fills one from the
+//! flags and the environment, serde one from each file's `[gateway]` table, and
+//! [`Settings::over`] lays one over another. The methods named after the fields
+//! ([`listen`](Settings::listen), …) are what comes to be: the value given, or the default.
+//! [`GatewayTable`] is the config extension that reads `[gateway]` on every load and reload
+//! (errors say file, line and column) and checks the rules against the settings in force:
+//! a rule may not hold a request (`on_limit = "delay"`) as long as the proxy waits for its
+//! upstream.
+
+use std::any::Any;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http::Uri;
+use serde::{Deserialize, Deserializer};
+use tollgate::config::{Diagnostic, Document, Extension, RuleSet};
+
+/// Where the proxy listens unless told otherwise.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
+/// Where the admin listener listens unless told otherwise.
+pub const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9090);
+/// Where `--resp` without an address listens.
+pub const DEFAULT_RESP: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9049);
+/// Where `--grpc` without an address listens.
+pub const DEFAULT_GRPC: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8081);
+/// The config read unless told otherwise.
+pub const DEFAULT_CONFIG: &str = "config/gateway.toml";
+/// How long to wait for the upstream's response headers unless told otherwise.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a shutdown waits for requests in flight.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long a client has to send a request's headers (slowloris defence).
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The service's settings as one place gives them; `None` leaves a setting to the next
+/// place: a flag wins over its environment variable, which wins over the `[gateway]`
+/// table, which wins over the default.
+///
+/// ```
+/// use tollgate_server::{DEFAULT_ADMIN, Settings};
+///
+/// let mut flags = Settings::new(["config/gateway.toml"]);
+/// flags.listen = Some("127.0.0.1:7000".parse()?);
+/// let mut file = Settings::default();
+/// file.listen = Some("0.0.0.0:80".parse()?);
+/// file.upstream_timeout = Some(std::time::Duration::from_secs(5));
+///
+/// let settings = flags.over(&file);
+/// assert_eq!(settings.listen().port(), 7000, "the flag wins");
+/// assert_eq!(settings.upstream_timeout().as_secs(), 5, "the file fills the gap");
+/// assert_eq!(settings.admin(), DEFAULT_ADMIN, "nothing anywhere: the default");
+/// assert!(settings.upstream.is_none(), "no upstream anywhere: the built-in demo");
+/// # Ok::<(), std::net::AddrParseError>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Settings {
+    /// Config file or http(s):// URL; repeat to layer them (later ones override earlier ones
+    /// rule by rule) [default: config/gateway.toml].
+    #[arg(
+        long = "config",
+        value_name = "PATH",
+        env = "TOLLGATE_CONFIG",
+        value_delimiter = ','
+    )]
+    #[serde(skip)]
+    pub config: Vec<PathBuf>,
+    /// Where the proxy listens [default: 127.0.0.1:8080].
+    #[arg(long, value_name = "ADDR", env = "TOLLGATE_LISTEN")]
+    #[serde(default, deserialize_with = "address")]
+    #[schemars(with = "Option<String>")]
+    pub listen: Option<SocketAddr>,
+    /// Where requests go, http://host:port[/prefix] [default: a built-in demo upstream].
+    #[arg(long, value_name = "URL", env = "TOLLGATE_UPSTREAM", value_parser = parse_upstream)]
+    #[serde(default, deserialize_with = "upstream")]
+    #[schemars(with = "Option<String>")]
+    pub upstream: Option<Uri>,
+    /// Where the admin listener listens [default: 127.0.0.1:9090].
+    #[arg(long, value_name = "ADDR", env = "TOLLGATE_ADMIN")]
+    #[serde(default, deserialize_with = "address")]
+    #[schemars(with = "Option<String>")]
+    pub admin: Option<SocketAddr>,
+    /// A bearer token the admin listener requires for its data (health stays open).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "TOLLGATE_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    #[serde(default, deserialize_with = "token")]
+    pub admin_token: Option<String>,
+    /// Also serve the Redis protocol (smyte's RL.* and tollgate's TG.* commands) on ADDR
+    /// [default: off; without ADDR: 127.0.0.1:9049].
+    #[arg(long, value_name = "ADDR", env = "TOLLGATE_RESP", num_args = 0..=1, default_missing_value = "127.0.0.1:9049")]
+    #[serde(default, deserialize_with = "address")]
+    #[schemars(with = "Option<String>")]
+    pub resp: Option<SocketAddr>,
+    /// The environment variable holding the password RESP clients must send with AUTH
+    /// [default: none, no password].
+    #[arg(long, value_name = "VARIABLE", env = "TOLLGATE_RESP_PASSWORD_ENV", value_parser = parse_env_name)]
+    #[serde(default, deserialize_with = "env_name")]
+    pub resp_password_env: Option<String>,
+    /// Also serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) on ADDR
+    /// [default: off; without ADDR: 127.0.0.1:8081].
+    #[arg(long, value_name = "ADDR", env = "TOLLGATE_GRPC", num_args = 0..=1, default_missing_value = "127.0.0.1:8081")]
+    #[serde(default, deserialize_with = "address")]
+    #[schemars(with = "Option<String>")]
+    pub grpc: Option<SocketAddr>,
+    /// Suggest rate-limit headers for Envoy to add to its responses
+    /// (response_headers_to_add) [default: false].
+    #[arg(long, value_name = "BOOL", env = "TOLLGATE_GRPC_RESPONSE_HEADERS", num_args = 0..=1, default_missing_value = "true")]
+    #[serde(default)]
+    pub grpc_response_headers: Option<bool>,
+    /// How long to wait for the upstream's response headers, e.g. 30s [default: 30s].
+    #[arg(long, value_name = "DURATION", env = "TOLLGATE_UPSTREAM_TIMEOUT", value_parser = parse_timeout)]
+    #[serde(default, deserialize_with = "timeout")]
+    #[schemars(with = "Option<String>")]
+    pub upstream_timeout: Option<Duration>,
+    /// How long SIGTERM waits for requests in flight, e.g. 10s [default: 10s].
+    #[arg(long, value_name = "DURATION", env = "TOLLGATE_SHUTDOWN_GRACE", value_parser = parse_timeout)]
+    #[serde(default, deserialize_with = "timeout")]
+    #[schemars(with = "Option<String>")]
+    pub shutdown_grace: Option<Duration>,
+    /// How long a client has to send a request's headers before its connection is closed
+    /// (slowloris defence), e.g. 10s [default: 10s].
+    #[arg(long, value_name = "DURATION", env = "TOLLGATE_HEADER_READ_TIMEOUT", value_parser = parse_timeout)]
+    #[serde(default, deserialize_with = "timeout")]
+    #[schemars(with = "Option<String>")]
+    pub header_read_timeout: Option<Duration>,
+}
+
+impl Settings {
+    /// Settings reading `config`, everything else left to the next place.
+    pub fn new<P: Into<PathBuf>>(config: impl IntoIterator<Item = P>) -> Settings {
+        Settings {
+            config: config.into_iter().map(Into::into).collect(),
+            ..Settings::default()
+        }
+    }
+
+    /// These settings, with what they leave open taken from `lower`.
+    pub fn over(&self, lower: &Settings) -> Settings {
+        fn or<T: Clone>(high: &Option<T>, low: &Option<T>) -> Option<T> {
+            high.clone().or_else(|| low.clone())
+        }
+        Settings {
+            config: if self.config.is_empty() {
+                lower.config.clone()
+            } else {
+                self.config.clone()
+            },
+            listen: or(&self.listen, &lower.listen),
+            upstream: or(&self.upstream, &lower.upstream),
+            admin: or(&self.admin, &lower.admin),
+            admin_token: or(&self.admin_token, &lower.admin_token),
+            resp: or(&self.resp, &lower.resp),
+            resp_password_env: or(&self.resp_password_env, &lower.resp_password_env),
+            grpc: or(&self.grpc, &lower.grpc),
+            grpc_response_headers: or(&self.grpc_response_headers, &lower.grpc_response_headers),
+            upstream_timeout: or(&self.upstream_timeout, &lower.upstream_timeout),
+            shutdown_grace: or(&self.shutdown_grace, &lower.shutdown_grace),
+            header_read_timeout: or(&self.header_read_timeout, &lower.header_read_timeout),
+        }
+    }
+
+    /// The config sources, in layering order.
+    pub fn config_sources(&self) -> Vec<PathBuf> {
+        if self.config.is_empty() {
+            vec![PathBuf::from(DEFAULT_CONFIG)]
+        } else {
+            self.config.clone()
+        }
+    }
+
+    /// Where the proxy listens.
+    pub fn listen(&self) -> SocketAddr {
+        self.listen.unwrap_or(DEFAULT_LISTEN)
+    }
+
+    /// Where the admin listener listens.
+    pub fn admin(&self) -> SocketAddr {
+        self.admin.unwrap_or(DEFAULT_ADMIN)
+    }
+
+    /// How long the proxy waits for its upstream's response headers.
+    pub fn upstream_timeout(&self) -> Duration {
+        self.upstream_timeout.unwrap_or(DEFAULT_UPSTREAM_TIMEOUT)
+    }
+
+    /// How long a shutdown waits for requests in flight.
+    pub fn shutdown_grace(&self) -> Duration {
+        self.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE)
+    }
+
+    /// How long a client has to send a request's headers.
+    pub fn header_read_timeout(&self) -> Duration {
+        self.header_read_timeout
+            .unwrap_or(DEFAULT_HEADER_READ_TIMEOUT)
+    }
+
+    /// Whether the gRPC front end suggests rate-limit headers to Envoy.
+    pub fn grpc_response_headers(&self) -> bool {
+        self.grpc_response_headers.unwrap_or(false)
+    }
+}
+
+/// The `[gateway]` table, read from every config file on every load and reload, and the
+/// rules checked against the settings it comes to: a [`tollgate::config::Extension`].
+///
+/// `overrides` are the flags and environment, which win over the files. The table the
+/// files come to is kept with the rules ([`RuleSet::extension`]`::<GatewayTable>`... as
+/// [`FileSettings`]).
+#[derive(Clone, Debug, Default)]
+pub struct GatewayTable {
+    overrides: Settings,
+}
+
+/// What the config files' `[gateway]` tables come to, later files overriding earlier ones
+/// setting by setting: kept with the rules they were read with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FileSettings(pub Settings);
+
+impl GatewayTable {
+    /// The table, under `overrides` (flags and environment).
+    pub fn new(overrides: Settings) -> GatewayTable {
+        GatewayTable { overrides }
+    }
+}
+
+impl Extension for GatewayTable {
+    fn table(&self) -> &str {
+        "gateway"
+    }
+
+    fn compile(
+        &self,
+        documents: &[Document<'_>],
+        rules: &RuleSet,
+    ) -> Result<Box<dyn Any + Send + Sync>, Vec<Diagnostic>> {
+        let mut file = Settings::default();
+        let mut diagnostics = Vec::new();
+        for document in documents {
+            match document.table::<Settings>("gateway") {
+                Ok(Some(table)) => file = table.over(&file),
+                Ok(None) => {}
+                Err(diagnostic) => diagnostics.push(diagnostic),
+            }
+        }
+        if !diagnostics.is_empty() {
+            return Err(diagnostics);
+        }
+        let timeout = self.overrides.over(&file).upstream_timeout();
+        let too_long: Vec<Diagnostic> = rules
+            .rules()
+            .iter()
+            .filter_map(|rule| {
+                let held = rule.shaping()?.delay()?.max();
+                (held >= timeout).then(|| Diagnostic {
+                    file: rule.origin().file.clone(),
+                    line: rule.origin().line,
+                    column: 1,
+                    message: format!(
+                        "rule \"{}\" holds requests up to max_delay {held:?}, not shorter than the upstream timeout {timeout:?}: a held request would be cut off by the proxy; lower max_delay or raise upstream_timeout",
+                        rule.name()
+                    ),
+                })
+            })
+            .collect();
+        if too_long.is_empty() {
+            Ok(Box::new(FileSettings(file)))
+        } else {
+            Err(too_long)
+        }
+    }
+}
+
+/// An upstream URL: `http://host:port` with an optional path prefix.
+///
+/// ```
+/// use tollgate_server::parse_upstream;
+///
+/// assert_eq!(parse_upstream("http://127.0.0.1:8000/api")?.path(), "/api");
+/// assert!(parse_upstream("ftp://example.com").is_err());
+/// # Ok::<(), String>(())
+/// ```
+pub fn parse_upstream(text: &str) -> Result<Uri, String> {
+    let uri: Uri = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("upstream \"{text}\" is not a URL like \"http://127.0.0.1:8000\""))?;
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http"), Some(_)) if uri.query().is_none() => Ok(uri),
+        (Some("https"), _) => Err(format!(
+            "upstream \"{text}\" uses https, which the gateway does not speak; terminate TLS in front of it"
+        )),
+        _ => Err(format!(
+            "upstream \"{text}\" must look like \"http://host:port[/prefix]\""
+        )),
+    }
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    tollgate::config::parse_duration(text)
+        .filter(|duration| !duration.is_zero())
+        .ok_or_else(|| format!("\"{text}\" is not a duration like \"30s\""))
+}
+
+fn parse_address(text: &str) -> Result<SocketAddr, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("\"{text}\" is not an address like \"127.0.0.1:8080\""))
+}
+
+fn parse_env_name(text: &str) -> Result<String, String> {
+    let valid = text
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "resp_password_env names the environment variable holding the password (like \"TOLLGATE_RESP_PASSWORD\"), found \"{text}\"; secrets never go in config files"
+        ))
+    }
+}
+
+/// A string field read through `parse`, its error at the value's place in the file.
+fn parsed<'de, D: Deserializer<'de>, T>(
+    deserializer: D,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<Option<T>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse(&text).map(Some).map_err(serde::de::Error::custom)
+}
+
+fn address<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<SocketAddr>, D::Error> {
+    parsed(deserializer, parse_address)
+}
+
+fn upstream<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Uri>, D::Error> {
+    parsed(deserializer, parse_upstream)
+}
+
+fn timeout<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    parsed(deserializer, parse_timeout)
+}
+
+fn env_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    parsed(deserializer, parse_env_name)
+}
+
+fn token<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    parsed(deserializer, |text| match text.trim() {
+        "" => Err("admin_token is empty".to_owned()),
+        token => Ok(token.to_owned()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::Limits;
+
+    fn load(text: &str, overrides: Settings) -> Result<Settings, String> {
+        let limits = Limits::builder()
+            .extension(GatewayTable::new(overrides))
+            .from_toml(text)
+            .map_err(|error| error.to_string())?;
+        let file = limits.rules().extension::<FileSettings>().cloned();
+        Ok(file.unwrap_or_default().0)
+    }
+
+    #[test]
+    fn later_files_override_earlier_ones_setting_by_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let global = dir.path().join("global.toml");
+        let local = dir.path().join("local.toml");
+        std::fs::write(
+            &global,
+            "[gateway]\nlisten = \"127.0.0.1:7000\"\nadmin = \"127.0.0.1:7001\"\n",
+        )
+        .unwrap();
+        std::fs::write(&local, "[gateway]\nadmin = \"127.0.0.1:7002\"\n").unwrap();
+        let limits = Limits::builder()
+            .extension(GatewayTable::default())
+            .load([&global, &local])
+            .unwrap();
+        let rules = limits.rules();
+        let file = &rules.extension::<FileSettings>().unwrap().0;
+        assert_eq!(file.listen().port(), 7000);
+        assert_eq!(file.admin().port(), 7002, "the later file wins");
+    }
+
+    #[test]
+    fn bad_values_are_refused_where_they_are_written() {
+        for (text, expected) in [
+            (
+                "[gateway]\nlisten = \"everywhere\"\n",
+                "<inline>:2:10: \"everywhere\" is not an address like \"127.0.0.1:8080\"",
+            ),
+            (
+                "[gateway]\nupstream = \"https://example.com\"\n",
+                "<inline>:2:12: upstream \"https://example.com\" uses https",
+            ),
+            (
+                "[gateway]\nupstream_timeout = \"soon\"\n",
+                "<inline>:2:20: \"soon\" is not a duration like \"30s\"",
+            ),
+            (
+                "[gateway]\nadmin_token = \" \"\n",
+                "<inline>:2:15: admin_token is empty",
+            ),
+            (
+                "[gateway]\nresp_password_env = \"hunter2!\"\n",
+                "<inline>:2:21: resp_password_env names the environment variable",
+            ),
+            (
+                "[gateway]\nlisten_on = \"127.0.0.1:1\"\n",
+                "<inline>:2:1: unknown field `listen_on`",
+            ),
+            (
+                "[gatway]\n",
+                "<inline>:1:2: unknown field `gatway`, expected one of",
+            ),
+        ] {
+            let error = load(text, Settings::default()).unwrap_err();
+            assert!(error.starts_with(expected), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_rule_may_not_hold_requests_as_long_as_the_upstream_timeout_in_force() {
+        let rules = "[limits.up]\nrate = \"5/s\"\non_limit = \"delay\"\nmax_delay = \"10s\"\n";
+        load(rules, Settings::default()).expect("10s is shorter than the default 30s");
+        let in_file = format!("[gateway]\nupstream_timeout = \"5s\"\n{rules}");
+        let error = load(&in_file, Settings::default()).unwrap_err();
+        assert!(
+            error.starts_with("<inline>:3:1: rule \"up\" holds requests up to max_delay 10s, not shorter than the upstream timeout 5s"),
+            "{error}"
+        );
+        let flags = Settings {
+            upstream_timeout: Some(Duration::from_secs(60)),
+            ..Settings::default()
+        };
+        load(&in_file, flags).expect("the flag wins over the file");
+    }
+}

@@ -1,0 +1,182 @@
+//! Starting the gateway: load and watch the config, weigh the options, bind a listener for
+//! each front end, and start them all on one shared [`Limits`].
+
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+
+use super::admin::{self, AdminOptions};
+use super::grpc::{self, GrpcOptions};
+use super::proxy::{self, ProxyOptions};
+use super::resp::{self, RespOptions};
+use super::settings::{FileSettings, GatewayTable, Settings};
+use super::{Gateway, demo, metrics, signals};
+use tollgate::Limits;
+use tollgate::reload::WatchError;
+use tollgate::store::BackendStore;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The config is invalid or unreadable, or cannot be watched.
+    #[error(transparent)]
+    Config(#[from] WatchError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The environment variable `[gateway] resp_password_env` names is not set.
+    #[error("the RESP password's environment variable {0} is not set")]
+    MissingSecret(String),
+    /// The task loading the config ended without an answer (it panicked).
+    #[error("the config loader stopped unexpectedly: {0}")]
+    Loader(String),
+    /// The demo upstream could not start.
+    #[error("cannot start the demo upstream: {0}")]
+    Demo(#[source] std::io::Error),
+}
+
+impl Gateway {
+    /// Loads and watches the config, binds a listener for each front end and starts
+    /// serving. `settings` are the flags and environment: what they leave open comes from
+    /// the config's `[gateway]` table, then the defaults.
+    ///
+    /// Returns once the listeners are bound, so clients can connect at once. Must run
+    /// inside a multi-threaded tokio runtime.
+    pub async fn start(settings: Settings) -> Result<Gateway, GatewayError> {
+        // Before any rule is compiled: rules keep handles to their counters.
+        let metrics = metrics::install();
+        // Loading may fetch remote documents, which blocks: not on a runtime worker.
+        let config = settings.config_sources();
+        let table = GatewayTable::new(settings.clone());
+        let limits = tokio::task::spawn_blocking(move || {
+            Limits::builder()
+                .store(BackendStore::new())
+                .extension(table)
+                .watch(&config)
+        })
+        .await
+        .map_err(|error| GatewayError::Loader(error.to_string()))??;
+        let file = limits
+            .rules()
+            .extension::<FileSettings>()
+            .cloned()
+            .unwrap_or_default();
+        let resolved = settings.over(&file.0);
+        let (upstream, demo) = match resolved.upstream.clone() {
+            Some(upstream) => (upstream, false),
+            None => {
+                let address = demo::start().await.map_err(GatewayError::Demo)?;
+                let uri = format!("http://{address}")
+                    .parse()
+                    .map_err(|_| GatewayError::Demo(std::io::Error::other("bad demo address")))?;
+                (uri, true)
+            }
+        };
+        let (proxy_listener, listen) = bind(resolved.listen()).await?;
+        let (admin_listener, admin) = bind(resolved.admin()).await?;
+        let resp = match resolved.resp {
+            Some(address) => {
+                let mut options = RespOptions::default();
+                if let Some(variable) = &resolved.resp_password_env {
+                    let password = std::env::var(variable)
+                        .map_err(|_| GatewayError::MissingSecret(variable.clone()))?;
+                    options.password = Some(password);
+                }
+                Some((bind(address).await?, options))
+            }
+            None => None,
+        };
+        let resp_addr = resp.as_ref().map(|((_, address), _)| *address);
+        let grpc = match resolved.grpc {
+            Some(address) => {
+                let options = GrpcOptions {
+                    response_headers: resolved.grpc_response_headers(),
+                    ..GrpcOptions::default()
+                };
+                Some((bind(address).await?, options))
+            }
+            None => None,
+        };
+        let grpc_addr = grpc.as_ref().map(|((_, address), _)| *address);
+
+        let mut proxy_options = ProxyOptions::new(upstream.clone());
+        proxy_options.upstream_timeout = resolved.upstream_timeout();
+        proxy_options.header_read_timeout = resolved.header_read_timeout();
+        let mut admin_options = AdminOptions::new(metrics);
+        admin_options.token = resolved.admin_token.clone();
+        admin_options.header_read_timeout = resolved.header_read_timeout();
+
+        // Every front end gets the same shutdown: one send stops them all.
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let shutdown = || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            }
+        };
+        let mut servers = vec![
+            tokio::spawn(proxy::serve(
+                limits.clone(),
+                proxy_listener,
+                proxy_options,
+                shutdown(),
+            )),
+            tokio::spawn(admin::serve(
+                limits.clone(),
+                admin_listener,
+                admin_options,
+                shutdown(),
+            )),
+            tokio::spawn(signals::reload_on_sighup(limits.clone(), shutdown())),
+        ];
+        if let Some(((listener, _), options)) = resp {
+            servers.push(tokio::spawn(resp::serve(
+                limits.clone(),
+                listener,
+                options,
+                shutdown(),
+            )));
+        }
+        if let Some(((listener, _), options)) = grpc {
+            let limits = limits.clone();
+            let shutdown = shutdown();
+            servers.push(tokio::spawn(async move {
+                if let Err(error) = grpc::serve(limits, listener, options, shutdown).await {
+                    tracing::error!(listener = "grpc", %error, "the gRPC front end stopped");
+                }
+            }));
+        }
+        tracing::info!(%listen, %admin, resp = ?resp_addr, grpc = ?grpc_addr, %upstream, demo, "gateway started");
+        Ok(Gateway {
+            listen,
+            admin,
+            resp: resp_addr,
+            grpc: grpc_addr,
+            upstream,
+            demo,
+            limits,
+            stop,
+            servers,
+            grace: resolved.shutdown_grace(),
+        })
+    }
+}
+
+/// A listener on `address`, and the address it is bound to (a port 0 made real).
+async fn bind(address: SocketAddr) -> Result<(TcpListener, SocketAddr), GatewayError> {
+    let bound = async {
+        let listener = TcpListener::bind(address).await?;
+        let local = listener.local_addr()?;
+        Ok((listener, local))
+    };
+    bound
+        .await
+        .map_err(|source| GatewayError::Bind { address, source })
+}

@@ -1,0 +1,24 @@
+//! The service's integration tests: real listeners on 127.0.0.1, real clients (an HTTP
+//! client, redis-cli, a tonic client, Chromium), real files and real Redis servers.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
+
+mod admin_page;
+mod architecture;
+mod bypass;
+mod config_files;
+mod gateway;
+mod grpc;
+mod grpc_protos;
+mod in_flight;
+mod metrics;
+mod remote_config;
+mod resp;
+mod shaping;
+mod sigterm;
+mod support;

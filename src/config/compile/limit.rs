@@ -1,0 +1,331 @@
+//! One rule's table → its [`Limit`], in steps: an unlimited rule, the fields that only one
+//! algorithm takes, the rates and their bursts, the cost, the quotas they come to, then the
+//! shaping and concurrency fields (their own files). Every problem is reported; a rule with
+//! any is left out.
+
+use std::num::NonZeroU32;
+use std::ops::Range;
+
+use toml::Spanned;
+
+use super::super::error::Diagnostic;
+use super::super::raw::{OneOrMany, RawRule};
+use super::super::rule::{Limit, StatusSet};
+use super::super::source::SourceText;
+use super::{concurrency, shaping};
+use crate::algorithm::Algorithm;
+use crate::quota::{Quota, Rate};
+
+/// A list field as written: each value, with its own span when it was written as a list.
+type Written<T> = Vec<(T, Option<Range<usize>>)>;
+
+/// Where one rule is written, for pointing at its fields.
+struct At<'a> {
+    source: &'a SourceText,
+    /// The rule's key.
+    name: &'a str,
+    /// The whole rule: where a problem with no field of its own is shown.
+    rule: Range<usize>,
+}
+
+impl At<'_> {
+    /// A field's own span, or (for a field the rule leaves out) the rule's.
+    fn field(&self, span: Option<&Range<usize>>, field: Range<usize>) -> Range<usize> {
+        match span {
+            Some(span) => span.clone(),
+            None if field.is_empty() => self.rule.clone(),
+            None => field,
+        }
+    }
+}
+
+/// Validates `rule` (written under `key`) into a [`Limit`]; `None`, with `diagnostics`
+/// saying why, if it has problems.
+pub(super) fn compile_limit(
+    source: &SourceText,
+    key: &Spanned<String>,
+    rule: &Spanned<RawRule>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<Limit> {
+    let at = At {
+        source,
+        name: key.get_ref(),
+        rule: rule.span(),
+    };
+    let raw = rule.get_ref();
+    if raw.unlimited.as_ref().is_some_and(|u| *u.get_ref()) {
+        return unlimited(&at, raw, diagnostics);
+    }
+    let before = diagnostics.len();
+    let algorithm = raw
+        .algorithm
+        .as_ref()
+        .map_or(Algorithm::Gcra, |a| *a.get_ref());
+    check_algorithm_fields(&at, raw, algorithm, diagnostics);
+    let count_status = raw
+        .count_status
+        .as_ref()
+        .and_then(|list| compile_statuses(source, list, diagnostics));
+    let concurrency = raw
+        .concurrency
+        .as_ref()
+        .and_then(|field| concurrency::compile_concurrency(source, field, diagnostics));
+    let no_rate = OneOrMany(Vec::new());
+    let rate_field = match &raw.rate {
+        Some(field) => Spanned::new(field.span(), &field.get_ref().0),
+        // A cap on requests in flight alone needs no rate.
+        None if raw.concurrency.is_some() && raw.burst.is_none() => {
+            Spanned::new(at.rule.clone(), &no_rate.0)
+        }
+        None => {
+            diagnostics.push(source.at(
+                at.rule.clone(),
+                format!(
+                    "rule \"{}\" needs a rate such as \"100/min\", a concurrency, or unlimited = true",
+                    at.name
+                ),
+            ));
+            return None;
+        }
+    };
+    let rates = rates(&at, raw, &rate_field, diagnostics);
+    let bursts = bursts(&at, raw, &rates, rate_field.get_ref().len(), diagnostics);
+    let cost = cost(source, raw, diagnostics);
+    let quotas = if diagnostics.len() == before {
+        quotas(&at, raw, &rates, &bursts, cost, diagnostics)
+    } else {
+        Vec::new()
+    };
+    let per = raw.per.unwrap_or_default();
+    let shaping = if diagnostics.len() == before {
+        let context = shaping::Context {
+            name: at.name,
+            algorithm,
+            quotas: &quotas,
+            counts_status: count_status.is_some(),
+        };
+        shaping::compile_shaping(source, raw, at.rule.clone(), &context, diagnostics)
+    } else {
+        crate::Shaping::NONE
+    };
+    (diagnostics.len() == before).then(|| Limit::Limited {
+        quotas,
+        cost,
+        per,
+        algorithm,
+        strict: raw.strict.as_ref().is_some_and(|s| *s.get_ref()),
+        shaping,
+        concurrency,
+        shadow: raw.shadow.as_ref().is_some_and(|s| *s.get_ref()),
+        count_status,
+    })
+}
+
+/// `unlimited = true`, which may not be combined with anything that limits or counts.
+fn unlimited(at: &At<'_>, raw: &RawRule, diagnostics: &mut Vec<Diagnostic>) -> Option<Limit> {
+    let others = raw.rate.is_some()
+        || raw.burst.is_some()
+        || raw.cost.is_some()
+        || raw.strict.is_some()
+        || raw.shadow.is_some()
+        || raw.algorithm.is_some()
+        || raw.count_status.is_some()
+        || raw.on_limit.is_some()
+        || raw.max_delay.is_some()
+        || raw.delay_after.is_some()
+        || raw.warmup.is_some()
+        || raw.concurrency.is_some();
+    if others {
+        diagnostics.push(at.source.at(
+            at.rule.clone(),
+            format!(
+                "rule \"{}\" is unlimited and cannot also set a rate or how it is counted",
+                at.name
+            ),
+        ));
+        return None;
+    }
+    Some(Limit::Unlimited)
+}
+
+/// `burst` and `strict` belong to GCRA (`strict` to the sliding log too).
+fn check_algorithm_fields(
+    at: &At<'_>,
+    raw: &RawRule,
+    algorithm: Algorithm,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    if algorithm == Algorithm::Gcra {
+        return;
+    }
+    if let Some(burst) = &raw.burst {
+        diagnostics.push(at.source.at(
+            burst.span(),
+            format!("burst applies to algorithm = \"gcra\"; a {algorithm} allows each rate's count per period"),
+        ));
+    }
+    if let Some(strict) = raw
+        .strict
+        .as_ref()
+        .filter(|s| *s.get_ref() && algorithm != Algorithm::SlidingLog)
+    {
+        diagnostics.push(at.source.at(
+            strict.span(),
+            format!(
+                "strict applies to algorithm = \"gcra\": a {algorithm} has no refill to hold back"
+            ),
+        ));
+    }
+}
+
+/// Each rate of `rate = "…"` or `rate = [ … ]`, with where it is written.
+fn rates(
+    at: &At<'_>,
+    raw: &RawRule,
+    field: &Spanned<&Written<String>>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Vec<(Rate, Range<usize>)> {
+    let mut rates = Vec::new();
+    for (text, span) in field.get_ref().iter() {
+        let span = at.field(span.as_ref(), field.span());
+        match text.parse::<Rate>() {
+            Ok(rate) => rates.push((rate, span)),
+            Err(error) => diagnostics.push(at.source.at(span, error.to_string())),
+        }
+    }
+    if raw.rate.is_some() && field.get_ref().is_empty() {
+        diagnostics.push(at.source.at(field.span(), "rate list is empty"));
+    }
+    rates
+}
+
+/// Each rate's burst: given one per rate, or each rate's own count.
+fn bursts(
+    at: &At<'_>,
+    raw: &RawRule,
+    rates: &[(Rate, Range<usize>)],
+    rates_written: usize,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Vec<(i64, Range<usize>)> {
+    let Some(field) = &raw.burst else {
+        return rates
+            .iter()
+            .map(|(rate, span)| (i64::from(rate.count()), span.clone()))
+            .collect();
+    };
+    let OneOrMany(items) = field.get_ref();
+    if items.len() != rates_written {
+        diagnostics.push(at.source.at(
+            field.span(),
+            format!(
+                "rule \"{}\" has {rates_written} rate(s) but {} burst value(s); give one burst per rate, or none",
+                at.name,
+                items.len()
+            ),
+        ));
+        return Vec::new();
+    }
+    items
+        .iter()
+        .map(|(burst, span)| (*burst, at.field(span.as_ref(), field.span())))
+        .collect()
+}
+
+/// `cost`: at least 1, by default 1.
+fn cost(source: &SourceText, raw: &RawRule, diagnostics: &mut Vec<Diagnostic>) -> u64 {
+    match &raw.cost {
+        None => 1,
+        Some(cost) if *cost.get_ref() < 1 => {
+            diagnostics.push(source.at(
+                cost.span(),
+                format!(
+                    "cost must be at least 1, found {} (to exempt a route use unlimited = true)",
+                    cost.get_ref()
+                ),
+            ));
+            1
+        }
+        Some(cost) => u64::try_from(*cost.get_ref()).unwrap_or(1),
+    }
+}
+
+/// The quotas the rates and bursts come to, refusing a burst no request of `cost` fits.
+fn quotas(
+    at: &At<'_>,
+    raw: &RawRule,
+    rates: &[(Rate, Range<usize>)],
+    bursts: &[(i64, Range<usize>)],
+    cost: u64,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Vec<Quota> {
+    let mut quotas = Vec::new();
+    for ((rate, _), (burst, burst_span)) in rates.iter().zip(bursts) {
+        let Some(burst) = u32::try_from(*burst).ok().and_then(NonZeroU32::new) else {
+            diagnostics.push(at.source.at(
+                burst_span.clone(),
+                format!("burst must be between 1 and 4294967295, found {burst}"),
+            ));
+            continue;
+        };
+        if cost > u64::from(burst.get()) {
+            let span = raw.cost.as_ref().map_or(at.rule.clone(), Spanned::span);
+            diagnostics.push(at.source.at(
+                span,
+                format!(
+                    "cost {cost} is larger than burst {burst} of rate \"{rate}\": such a request could never pass"
+                ),
+            ));
+            continue;
+        }
+        match Quota::new(*rate, burst) {
+            Some(quota) => quotas.push(quota),
+            None => diagnostics.push(at.source.at(
+                burst_span.clone(),
+                format!("burst {burst} at \"{rate}\" takes longer than 584 years to refill"),
+            )),
+        }
+    }
+    quotas
+}
+
+/// `count_status = [401, 403, "5xx"]`.
+fn compile_statuses(
+    source: &SourceText,
+    list: &Spanned<Vec<Spanned<toml::Value>>>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<StatusSet> {
+    let (mut codes, mut classes) = (Vec::new(), Vec::new());
+    for item in list.get_ref() {
+        match item.get_ref() {
+            toml::Value::Integer(code @ 100..=599) => codes.push(*code as u16),
+            toml::Value::String(class)
+                if class.len() == 3
+                    && class.ends_with("xx")
+                    && matches!(class.as_bytes()[0], b'1'..=b'5') =>
+            {
+                classes.push(char::from(class.as_bytes()[0]));
+            }
+            other => {
+                let found = match other {
+                    toml::Value::String(text) => format!("\"{text}\""),
+                    toml::Value::Integer(number) => number.to_string(),
+                    other => other.type_str().to_owned(),
+                };
+                diagnostics.push(source.at(
+                    item.span(),
+                    format!(
+                        "count_status takes status codes (401) or classes (\"5xx\"), found {found}"
+                    ),
+                ));
+            }
+        }
+    }
+    if list.get_ref().is_empty() {
+        diagnostics.push(source.at(
+            list.span(),
+            "count_status is empty: list the statuses that take tokens",
+        ));
+        return None;
+    }
+    Some(StatusSet::new(codes, classes))
+}

@@ -1,0 +1,545 @@
+//! [`ResponseFuture`]: the inner call, a ready-made denial, (for remote stores) a decision
+//! still on its way, or (`on_limit = "delay"`) a request held until its turn. Nothing is
+//! boxed on the common paths; a `count_status` request carries a boxed charge to settle
+//! once its response shows whether it counts, and a held request a boxed timer.
+//!
+//! A request waiting for a slot under a concurrency cap (`on_limit = "delay"`) waits the
+//! same way, at most `max_delay`, and is refused if none comes.
+//!
+//! A held request costs a timer, not a thread. Dropped while held (the client went away),
+//! it never reaches the inner service, and gives nothing back: its place in the schedule
+//! was taken when it was decided, as nginx's `limit_req` accounts a delayed request.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower::Service;
+
+use super::body::{BodyStyle, Wrapped};
+use super::outcome::Outcome;
+use super::response::{RateLimitHeaders, busy};
+use crate::clock::Timestamp;
+use crate::concurrency::Permit;
+use crate::key::Client;
+use crate::limits::{Active, Charge, Limits, Plan, QueuedPermit};
+use crate::store::{Store, StoreError};
+
+pin_project! {
+    /// The response future of [`RateLimit`](crate::RateLimit).
+    pub struct ResponseFuture<S, St, B, K = Wrapped>
+    where
+        S: Service<Request<B>>,
+        St: Store,
+    {
+        #[pin]
+        state: State<S, St, B>,
+        // The body style: a type, never a value (`fn` keeps the future `Send` and `Sync`).
+        style: PhantomData<fn() -> K>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, St, B>
+    where
+        S: Service<Request<B>>,
+        St: Store,
+    {
+        Deciding {
+            decision: St::Future,
+            // Boxed: only remote stores park a request, and the in-memory path should not
+            // carry (and copy) a whole request's worth of space in every future.
+            parked: Option<Box<Parked<S, B, St>>>,
+        },
+        Calling {
+            #[pin]
+            future: S::Future,
+            headers: Option<RateLimitHeaders>,
+            charge: Option<Box<PendingCharge<St>>>,
+            permit: Option<Box<Permit>>,
+        },
+        Charging {
+            charging: St::Future,
+            response: Option<S::Response>,
+            pending: Option<Box<PendingCharge<St>>>,
+            headers: Option<RateLimitHeaders>,
+            permit: Option<Box<Permit>>,
+        },
+        Rejected {
+            response: Option<Response<Bytes>>,
+        },
+        Holding {
+            timer: Pin<Box<tokio::time::Sleep>>,
+            held: Option<Box<Held<S, B, St>>>,
+        },
+        Queued {
+            waiting: Pin<Box<Waiting>>,
+            queued: Option<Box<QueuedRequest<S, B, St>>>,
+        },
+    }
+}
+
+pin_project! {
+    /// A place in a concurrency queue, and how long it may be kept.
+    pub(crate) struct Waiting {
+        permit: QueuedPermit,
+        #[pin]
+        timer: tokio::time::Sleep,
+    }
+}
+
+/// A request waiting for a slot, with a service made ready for it.
+pub(crate) struct QueuedRequest<S, B, St> {
+    service: S,
+    request: Request<B>,
+    limits: Limits<St>,
+    rules: Arc<Active>,
+    index: usize,
+}
+
+/// A request admitted for later (`on_limit = "delay"`), with a service made ready for it.
+struct Held<S, B, St> {
+    service: S,
+    request: Request<B>,
+    headers: RateLimitHeaders,
+    charge: Option<Box<PendingCharge<St>>>,
+    permit: Option<Box<Permit>>,
+}
+
+/// A request waiting for its decision, with a service already made ready for it.
+struct Parked<S, B, St> {
+    service: S,
+    request: Request<B>,
+    rules: Arc<Active>,
+    index: usize,
+    charge: Option<Box<PendingCharge<St>>>,
+    permit: Option<Box<Permit>>,
+    /// When the decision was asked for.
+    now: Timestamp,
+}
+
+/// What a `count_status` request owes if its response counts.
+pub(crate) struct PendingCharge<St> {
+    pub(crate) limits: Limits<St>,
+    pub(crate) rules: Arc<Active>,
+    pub(crate) index: usize,
+    pub(crate) charge: Charge,
+}
+
+impl<St: Store> PendingCharge<St> {
+    /// What a `count_status` request owes, settled later against the very rule set that
+    /// decided (the snapshot, not a fresh load a reload may have replaced).
+    pub(crate) fn boxed(
+        limits: &Limits<St>,
+        rules: &Arc<Active>,
+        index: usize,
+        charge: Option<Charge>,
+    ) -> Option<Box<PendingCharge<St>>> {
+        charge.map(|charge| {
+            Box::new(PendingCharge {
+                limits: limits.clone(),
+                rules: Arc::clone(rules),
+                index,
+                charge,
+            })
+        })
+    }
+
+    /// Starts the charge if `status` is one the rule counts.
+    fn start(&self, status: http::StatusCode) -> Option<St::Future> {
+        let rule = self.rules.rule(self.index)?;
+        if !rule.count_status()?.contains(status) {
+            return None;
+        }
+        self.limits.charge(rule, &self.charge)
+    }
+
+    /// The headers after the charge: they show what the charge left.
+    fn headers(
+        &self,
+        result: Result<crate::Decision, StoreError>,
+        before: Option<RateLimitHeaders>,
+    ) -> Option<RateLimitHeaders> {
+        let rule = self.rules.rule(self.index)?;
+        match result {
+            Ok(_) if rule.is_shadow() => None,
+            Ok(decision) => Some(RateLimitHeaders::new(
+                rule,
+                &decision,
+                self.rules.response().headers,
+            )),
+            Err(error) => {
+                tracing::warn!(rule = rule.name(), %error, "rate-limit store failed to charge a counted response");
+                before
+            }
+        }
+    }
+}
+
+impl<S, St, B, K> ResponseFuture<S, St, B, K>
+where
+    S: Service<Request<B>>,
+    St: Store,
+{
+    pub(crate) fn call(
+        future: S::Future,
+        headers: Option<RateLimitHeaders>,
+        charge: Option<Box<PendingCharge<St>>>,
+        permit: Option<Box<Permit>>,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Calling {
+                future,
+                headers,
+                charge,
+                permit,
+            },
+            style: PhantomData,
+        }
+    }
+
+    /// Waits for a slot (at most `max_wait`), then decides the rate and calls `service`.
+    pub(crate) fn queued(
+        permit: QueuedPermit,
+        max_wait: std::time::Duration,
+        service: S,
+        request: Request<B>,
+        limits: Limits<St>,
+        rules: Arc<Active>,
+        index: usize,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Queued {
+                waiting: Box::pin(Waiting {
+                    permit,
+                    timer: tokio::time::sleep(max_wait),
+                }),
+                queued: Some(Box::new(QueuedRequest {
+                    service,
+                    request,
+                    limits,
+                    rules,
+                    index,
+                })),
+            },
+            style: PhantomData,
+        }
+    }
+
+    /// The future for a decided request: the one place an [`Outcome`] becomes a state,
+    /// whether the decision was ready at once (in `call`) or arrived later (here).
+    pub(crate) fn settled(
+        outcome: Outcome,
+        service: impl ReadyService<S, B>,
+        request: Request<B>,
+        charge: Option<Box<PendingCharge<St>>>,
+        permit: Option<Box<Permit>>,
+    ) -> Self {
+        match outcome {
+            Outcome::Admit(headers) => Self::calling(service, request, headers, charge, permit),
+            Outcome::Hold(delay, headers) => {
+                Self::holding(delay, service.take(), request, headers, charge, permit)
+            }
+            Outcome::Reject(response) => Self::rejected(response),
+        }
+    }
+
+    /// Calls the ready `service` with `request` now: the one place a decided request is
+    /// passed on (and where an adaptive limit starts measuring the upstream).
+    fn calling(
+        service: impl ReadyService<S, B>,
+        request: Request<B>,
+        headers: Option<RateLimitHeaders>,
+        charge: Option<Box<PendingCharge<St>>>,
+        mut permit: Option<Box<Permit>>,
+    ) -> Self {
+        if let Some(permit) = permit.as_mut() {
+            permit.begin();
+        }
+        Self::call(service.call(request), headers, charge, permit)
+    }
+
+    /// Holds `request` for `delay`, then calls the ready `service` with it.
+    pub(crate) fn holding(
+        delay: std::time::Duration,
+        service: S,
+        request: Request<B>,
+        headers: RateLimitHeaders,
+        charge: Option<Box<PendingCharge<St>>>,
+        permit: Option<Box<Permit>>,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Holding {
+                timer: Box::pin(tokio::time::sleep(delay)),
+                held: Some(Box::new(Held {
+                    service,
+                    request,
+                    headers,
+                    charge,
+                    permit,
+                })),
+            },
+            style: PhantomData,
+        }
+    }
+
+    pub(crate) fn rejected(response: Response<Bytes>) -> Self {
+        ResponseFuture {
+            state: State::Rejected {
+                response: Some(response),
+            },
+            style: PhantomData,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn deciding(
+        decision: St::Future,
+        service: S,
+        request: Request<B>,
+        rules: Arc<Active>,
+        index: usize,
+        charge: Option<Box<PendingCharge<St>>>,
+        permit: Option<Box<Permit>>,
+        now: Timestamp,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Deciding {
+                decision,
+                parked: Some(Box::new(Parked {
+                    service,
+                    request,
+                    rules,
+                    index,
+                    charge,
+                    permit,
+                    now,
+                })),
+            },
+            style: PhantomData,
+        }
+    }
+}
+
+impl<S, St, B, K, ResBody> Future for ResponseFuture<S, St, B, K>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+    St: Store,
+    K: BodyStyle<ResBody>,
+{
+    type Output = Result<Response<K::Body>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                StateProj::Deciding { decision, parked } => {
+                    let result = ready!(Pin::new(decision).poll(cx));
+                    // Polled again after completing: a contract violation; stay pending.
+                    let Some(parked) = parked.take() else {
+                        return Poll::Pending;
+                    };
+                    let Parked {
+                        service,
+                        request,
+                        rules,
+                        index,
+                        charge,
+                        permit,
+                        now,
+                    } = *parked;
+                    // The client is found again (it borrows the request): a remote
+                    // decision's round trip dwarfs it.
+                    let client = Client::identify(&request, rules.client_settings());
+                    let outcome = Outcome::new(result, &rules, index, now, &client)
+                        .unwrap_or(Outcome::Admit(None));
+                    drop(client);
+                    let settled = Self::settled(outcome, Owned(service), request, charge, permit);
+                    state.set(settled.state);
+                }
+                StateProj::Holding { timer, held } => {
+                    ready!(timer.as_mut().poll(cx));
+                    let Some(held) = held.take() else {
+                        return Poll::Pending;
+                    };
+                    let Held {
+                        service,
+                        request,
+                        headers,
+                        charge,
+                        permit,
+                    } = *held;
+                    let calling =
+                        Self::calling(Owned(service), request, Some(headers), charge, permit);
+                    state.set(calling.state);
+                }
+                StateProj::Queued { waiting, queued } => {
+                    let waiting = waiting.as_mut().project();
+                    let permit = match Pin::new(waiting.permit).poll(cx) {
+                        Poll::Ready(permit) => permit,
+                        Poll::Pending => {
+                            ready!(waiting.timer.poll(cx));
+                            None
+                        }
+                    };
+                    let Some(queued) = queued.take() else {
+                        return Poll::Pending;
+                    };
+                    let QueuedRequest {
+                        service,
+                        request,
+                        limits,
+                        rules,
+                        index,
+                    } = *queued;
+                    let Some(permit) = permit else {
+                        // No slot within max_delay: refused, as if the cap had been full.
+                        if let Some(counters) = rules.counters(index) {
+                            let client = Client::identify(&request, rules.client_settings());
+                            counters.refused_for_concurrency(limits.now(), Some(&client));
+                        }
+                        let response = busy(rules.response());
+                        return Poll::Ready(Ok(response.map(K::refused)));
+                    };
+                    match limits.plan_after_slot(&rules, index, &request, permit) {
+                        Plan::Check {
+                            decision,
+                            charge,
+                            permit,
+                            now,
+                            ..
+                        } => {
+                            let charge = PendingCharge::boxed(&limits, &rules, index, charge);
+                            state.set(
+                                Self::deciding(
+                                    decision, service, request, rules, index, charge, permit, now,
+                                )
+                                .state,
+                            );
+                        }
+                        Plan::Pass(permit) => {
+                            let calling =
+                                Self::calling(Owned(service), request, None, None, permit);
+                            state.set(calling.state);
+                        }
+                        // A rate check after a slot never asks for another slot.
+                        Plan::Busy | Plan::Queue { .. } => {
+                            let response = busy(rules.response());
+                            return Poll::Ready(Ok(response.map(K::refused)));
+                        }
+                    }
+                }
+                StateProj::Calling {
+                    future,
+                    headers,
+                    charge,
+                    permit,
+                } => {
+                    let mut response = match ready!(future.poll(cx)) {
+                        Ok(response) => response,
+                        Err(error) => {
+                            // A failure teaches an adaptive limit nothing, and frees the slot.
+                            if let Some(mut permit) = permit.take() {
+                                permit.finished(false);
+                            }
+                            return Poll::Ready(Err(error));
+                        }
+                    };
+                    let mut permit = permit.take();
+                    if let Some(permit) = permit.as_mut() {
+                        permit.finished(!response.status().is_server_error());
+                    }
+                    let mut headers = headers.take();
+                    if let Some(pending) = charge.take()
+                        && let Some(mut charging) = pending.start(response.status())
+                    {
+                        match Pin::new(&mut charging).poll(cx) {
+                            Poll::Ready(result) => headers = pending.headers(result, headers),
+                            Poll::Pending => {
+                                state.set(State::Charging {
+                                    charging,
+                                    response: Some(response),
+                                    pending: Some(pending),
+                                    headers,
+                                    permit,
+                                });
+                                continue;
+                            }
+                        }
+                    }
+                    if let Some(headers) = headers {
+                        headers.apply(response.headers_mut());
+                    }
+                    return Poll::Ready(Ok(response.map(|body| K::admitted(body, permit))));
+                }
+                StateProj::Charging {
+                    charging,
+                    response,
+                    pending,
+                    headers,
+                    permit,
+                } => {
+                    let result = ready!(Pin::new(charging).poll(cx));
+                    let (Some(mut response), Some(pending)) = (response.take(), pending.take())
+                    else {
+                        return Poll::Pending;
+                    };
+                    if let Some(headers) = pending.headers(result, headers.take()) {
+                        headers.apply(response.headers_mut());
+                    }
+                    let permit = permit.take();
+                    return Poll::Ready(Ok(response.map(|body| K::admitted(body, permit))));
+                }
+                StateProj::Rejected { response } => {
+                    return match response.take() {
+                        Some(response) => Poll::Ready(Ok(response.map(K::refused))),
+                        None => Poll::Pending,
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// The service a decided request goes to.
+pub(crate) trait ReadyService<S: Service<Request<B>>, B> {
+    /// Calls it with `request`.
+    fn call(self, request: Request<B>) -> S::Future;
+    /// Takes it away, for a request that must wait before it is called.
+    fn take(self) -> S;
+}
+
+/// A service already taken for a request (one that waited for its decision or its turn).
+pub(crate) struct Owned<S>(pub(crate) S);
+
+impl<S: Service<Request<B>>, B> ReadyService<S, B> for Owned<S> {
+    fn call(mut self, request: Request<B>) -> S::Future {
+        self.0.call(request)
+    }
+
+    fn take(self) -> S {
+        self.0
+    }
+}
+
+/// The [`RateLimit`](crate::RateLimit)'s own inner service, made ready for this request:
+/// called in place, and replaced by a fresh clone only when the request must wait (the
+/// ready one goes with it, as tower's contract asks).
+pub(crate) struct InPlace<'s, S>(pub(crate) &'s mut S);
+
+impl<S: Service<Request<B>> + Clone, B> ReadyService<S, B> for InPlace<'_, S> {
+    fn call(self, request: Request<B>) -> S::Future {
+        self.0.call(request)
+    }
+
+    fn take(self) -> S {
+        let fresh = self.0.clone();
+        std::mem::replace(self.0, fresh)
+    }
+}

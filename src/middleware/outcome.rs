@@ -1,0 +1,98 @@
+//! What a decision means for the response: call the inner service (with these rate-limit
+//! headers) or answer with this denial. Shared by [`RateLimit`](crate::RateLimit), which
+//! settles decisions that are ready at once, and its [`ResponseFuture`](crate::ResponseFuture),
+//! which settles the ones that arrive later. Counts each outcome in the rule's metrics.
+
+use bytes::Bytes;
+use http::Response;
+
+use super::response::{RateLimitHeaders, rejection};
+use crate::clock::Timestamp;
+use crate::decision::Decision;
+use crate::key::Client;
+use crate::limits::Active;
+use crate::store::StoreError;
+
+/// The verdict, in the form the response needs.
+pub(crate) enum Outcome {
+    /// Call the inner service, then add these headers (none for a failed store).
+    Admit(Option<RateLimitHeaders>),
+    /// `on_limit = "delay"`: wait this long, then call the inner service and add these
+    /// headers. Its place in the schedule is already taken.
+    Hold(std::time::Duration, RateLimitHeaders),
+    /// Answer with this denial.
+    Reject(Response<Bytes>),
+}
+
+impl Outcome {
+    /// The verdict on `result`, decided at `now` for `client` under the rule at `index`
+    /// (counted in its counters).
+    pub(crate) fn new(
+        result: Result<Decision, StoreError>,
+        rules: &Active,
+        index: usize,
+        now: Timestamp,
+        client: &Client<'_>,
+    ) -> Option<Outcome> {
+        let rule = rules.rule(index)?;
+        let response = rules.response();
+        let counters = rules.counters(index);
+        Some(match result {
+            // Shadow: measure and report, never refuse, and show the client nothing.
+            Ok(decision) if rule.is_shadow() => {
+                if let Some(counters) = counters {
+                    if decision.allowed() {
+                        counters.admitted(now);
+                    } else {
+                        counters.shadow_refused(now);
+                        tracing::debug!(
+                            rule = rule.name(),
+                            retry_after = ?decision.retry_after(),
+                            "shadow rule would have limited this request"
+                        );
+                    }
+                }
+                Outcome::Admit(None)
+            }
+            Ok(decision) if decision.allowed() && !decision.delay().is_zero() => {
+                // Holding needs a timer: without a tokio runtime the request is refused for
+                // as long as it would have waited.
+                if tokio::runtime::Handle::try_current().is_err() {
+                    if let Some(counters) = counters {
+                        counters.refused(now, Some(client));
+                    }
+                    return Some(Outcome::Reject(rejection(
+                        rule,
+                        &decision.refused_instead_of_held(),
+                        response,
+                    )));
+                }
+                let delay = decision.delay();
+                if let Some(counters) = counters {
+                    counters.held(now, delay);
+                }
+                Outcome::Hold(
+                    delay,
+                    RateLimitHeaders::new(rule, &decision, response.headers),
+                )
+            }
+            Ok(decision) if decision.allowed() => {
+                if let Some(counters) = counters {
+                    counters.admitted(now);
+                }
+                Outcome::Admit(RateLimitHeaders::sent(rule, &decision, response.headers))
+            }
+            Ok(decision) => {
+                if let Some(counters) = counters {
+                    counters.refused(now, Some(client));
+                }
+                Outcome::Reject(rejection(rule, &decision, response))
+            }
+            Err(error) => {
+                // Failing open: a broken store must not take the service down with it.
+                tracing::warn!(rule = rule.name(), %error, "rate-limit store failed; request admitted");
+                Outcome::Admit(None)
+            }
+        })
+    }
+}
