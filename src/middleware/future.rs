@@ -356,10 +356,14 @@ where
                     } = *parked;
                     // The client is found again (it borrows the request): a remote
                     // decision's round trip dwarfs it.
-                    let client = Client::identify(&request, rules.client_settings());
-                    let outcome = Outcome::new(result, &rules, index, now, &client)
-                        .unwrap_or(Outcome::Admit(None));
-                    drop(client);
+                    let outcome = match rules.rule(index) {
+                        Some(rule) => {
+                            let client = Client::identify(&request, rules.client_settings());
+                            let counters = rules.counters(index);
+                            Outcome::new(result, rule, counters, rules.response(), now, &client)
+                        }
+                        None => Outcome::Admit(None),
+                    };
                     let settled = Self::settled(outcome, Owned(service), request, charge, permit);
                     state.set(settled.state);
                 }

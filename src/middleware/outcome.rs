@@ -8,10 +8,11 @@ use http::Response;
 
 use super::response::{RateLimitHeaders, rejection};
 use crate::clock::Timestamp;
+use crate::config::{ResponseSettings, Rule};
 use crate::decision::Decision;
 use crate::key::Client;
-use crate::limits::Active;
 use crate::store::StoreError;
+use crate::traffic::RuleCounters;
 
 /// The verdict, in the form the response needs.
 pub(crate) enum Outcome {
@@ -25,19 +26,17 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
-    /// The verdict on `result`, decided at `now` for `client` under the rule at `index`
-    /// (counted in its counters).
+    /// The verdict on `result`, decided at `now` for `client` under `rule` (counted in
+    /// `counters`), answering as `response` says.
     pub(crate) fn new(
         result: Result<Decision, StoreError>,
-        rules: &Active,
-        index: usize,
+        rule: &Rule,
+        counters: Option<&RuleCounters>,
+        response: &ResponseSettings,
         now: Timestamp,
         client: &Client<'_>,
-    ) -> Option<Outcome> {
-        let rule = rules.rule(index)?;
-        let response = rules.response();
-        let counters = rules.counters(index);
-        Some(match result {
+    ) -> Outcome {
+        match result {
             // Shadow: measure and report, never refuse, and show the client nothing.
             Ok(decision) if rule.is_shadow() => {
                 if let Some(counters) = counters {
@@ -61,11 +60,11 @@ impl Outcome {
                     if let Some(counters) = counters {
                         counters.refused(now, Some(client));
                     }
-                    return Some(Outcome::Reject(rejection(
+                    return Outcome::Reject(rejection(
                         rule,
                         &decision.refused_instead_of_held(),
                         response,
-                    )));
+                    ));
                 }
                 let delay = decision.delay();
                 if let Some(counters) = counters {
@@ -93,6 +92,6 @@ impl Outcome {
                 tracing::warn!(rule = rule.name(), %error, "rate-limit store failed; request admitted");
                 Outcome::Admit(None)
             }
-        })
+        }
     }
 }

@@ -155,65 +155,56 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let timer = DecisionTimer::sample();
         let rules = self.limits.active();
-        let (index, mut decision, charge, permit, now, client) =
-            match self.limits.plan(&rules, &request) {
-                Plan::Pass(permit) => {
-                    let pass = Outcome::Admit(None);
-                    return ResponseFuture::settled(
-                        pass,
-                        InPlace(&mut self.inner),
-                        request,
-                        None,
-                        permit,
-                    );
-                }
-                Plan::Check {
-                    index,
-                    decision,
-                    charge,
-                    permit,
-                    now,
-                    client,
-                } => (index, decision, charge, permit, now, client),
-                Plan::Busy => return ResponseFuture::rejected(busy(rules.response())),
-                Plan::Queue { index, wait } => {
-                    // A local queue waits max_delay; a shared store's answer is bounded by
-                    // its own timeout, so the minute here never runs out first.
-                    let max_wait = rules
-                        .rule(index)
-                        .and_then(|rule| rule.shaping())
-                        .and_then(|shaping| shaping.delay())
-                        .map_or(std::time::Duration::from_secs(60), |delay| delay.max());
-                    let ready = InPlace(&mut self.inner).take();
-                    let rules = arc_swap::Guard::into_inner(rules);
-                    let limits = self.limits.clone();
-                    return ResponseFuture::queued(
-                        *wait, max_wait, ready, request, limits, rules, index,
-                    );
-                }
-            };
-        let charge = PendingCharge::boxed(&self.limits, &rules, index, charge);
-        // Stores that answer at once (the in-memory one) are settled here, in place.
-        let mut cx = Context::from_waker(Waker::noop());
-        if let Poll::Ready(result) = Pin::new(&mut decision).poll(&mut cx) {
-            timer.record();
-            let outcome =
-                Outcome::new(result, &rules, index, now, &client).unwrap_or(Outcome::Admit(None));
-            // The client borrows the request, which goes on from here.
-            drop(client);
-            // A refusal drops the permit: a request refused by the rate takes no slot.
-            return ResponseFuture::settled(
-                outcome,
-                InPlace(&mut self.inner),
-                request,
+        let (outcome, charge, permit) = match self.limits.plan(&rules, &request) {
+            Plan::Pass(permit) => (Outcome::Admit(None), None, permit),
+            Plan::Check {
+                index,
+                mut decision,
                 charge,
                 permit,
-            );
-        }
-        // A remote store: park the request with the service that was made ready for it.
-        drop(client);
-        let ready = InPlace(&mut self.inner).take();
-        let rules = arc_swap::Guard::into_inner(rules);
-        ResponseFuture::deciding(decision, ready, request, rules, index, charge, permit, now)
+                now,
+                client,
+            } => {
+                let charge = PendingCharge::boxed(&self.limits, &rules, index, charge);
+                // Stores that answer at once (the in-memory one) are settled here, in place.
+                let mut cx = Context::from_waker(Waker::noop());
+                let Poll::Ready(result) = Pin::new(&mut decision).poll(&mut cx) else {
+                    // A remote store: park the request with the service made ready for it.
+                    drop(client);
+                    let ready = InPlace(&mut self.inner).take();
+                    let rules = arc_swap::Guard::into_inner(rules);
+                    return ResponseFuture::deciding(
+                        decision, ready, request, rules, index, charge, permit, now,
+                    );
+                };
+                timer.record();
+                let outcome = match rules.rule(index) {
+                    Some(rule) => {
+                        let counters = rules.counters(index);
+                        Outcome::new(result, rule, counters, rules.response(), now, &client)
+                    }
+                    None => Outcome::Admit(None),
+                };
+                // A refusal drops the permit: a request refused by the rate takes no slot.
+                (outcome, charge, permit)
+            }
+            Plan::Busy => return ResponseFuture::rejected(busy(rules.response())),
+            Plan::Queue { index, wait } => {
+                // A local queue waits max_delay; a shared store's answer is bounded by its own
+                // timeout, so the minute here never runs out first.
+                let max_wait = rules
+                    .rule(index)
+                    .and_then(|rule| rule.shaping())
+                    .and_then(|shaping| shaping.delay())
+                    .map_or(std::time::Duration::from_secs(60), |delay| delay.max());
+                let ready = InPlace(&mut self.inner).take();
+                let rules = arc_swap::Guard::into_inner(rules);
+                let limits = self.limits.clone();
+                return ResponseFuture::queued(
+                    *wait, max_wait, ready, request, limits, rules, index,
+                );
+            }
+        };
+        ResponseFuture::settled(outcome, InPlace(&mut self.inner), request, charge, permit)
     }
 }

@@ -118,3 +118,21 @@ pub fn now_or_never<F: Future>(future: F) -> F::Output {
         Poll::Pending => panic!("future was not ready at once"),
     }
 }
+
+/// The sample configs in the repository's `config/` whose names end in one of
+/// `extensions`, sorted: every one is parsed by a test, so samples cannot rot.
+pub fn config_samples(extensions: &[&str]) -> Vec<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
+    let mut samples: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| extensions.contains(&e))
+        })
+        .collect();
+    samples.sort();
+    assert!(!samples.is_empty(), "no samples in {}", dir.display());
+    samples
+}

@@ -166,3 +166,41 @@ async fn document(State(served): State<Arc<Mutex<Served>>>, headers: HeaderMap) 
     )
         .into_response()
 }
+
+/// A fleet's private repository and one server's local file for it: the repository serves
+/// `body` only to requests whose `Authorization` is `secret`, and the local file (in a
+/// temporary directory) caches copies in `cache` and names the environment variable
+/// `variable` as where that header's value comes from.
+pub struct PrivateFleet {
+    pub repository: Repository,
+    /// The local file, to layer after the repository's URL.
+    pub local: std::path::PathBuf,
+    /// Where copies of the document are cached.
+    pub cache: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl PrivateFleet {
+    pub fn start(body: &str, secret: &str, variable: &str) -> PrivateFleet {
+        let repository = Repository::start(body);
+        repository.require("authorization", secret);
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let local = dir.path().join("local.toml");
+        std::fs::write(
+            &local,
+            format!(
+                "[reload]\ncache_dir = \"{}\"\n[reload.headers.\"127.0.0.1\"]\n\
+                 Authorization = \"{variable}\"\n",
+                cache.display()
+            ),
+        )
+        .unwrap();
+        PrivateFleet {
+            repository,
+            local,
+            cache,
+            _dir: dir,
+        }
+    }
+}

@@ -8,24 +8,15 @@ use tollgate::config::ConfigError;
 /// The samples in `config/` the library reads alone. `gateway.toml` is the service's (it
 /// has a `[gateway]` table, which only the service knows): its tests parse it.
 fn library_samples(extensions: &[&str]) -> Vec<std::path::PathBuf> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
-    let mut samples: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| {
-            path.extension()
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| extensions.contains(&e))
-        })
+    tollgate_testkit::config_samples(extensions)
+        .into_iter()
         .filter(|path| {
             !std::fs::read_to_string(path)
                 .unwrap()
                 .lines()
                 .any(|line| line.trim() == "[gateway]")
         })
-        .collect();
-    samples.sort();
-    samples
+        .collect()
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tollgate::Limits;
 use tollgate::config::{Limit, Validator};
 
-use crate::support::repository::Repository;
+use crate::support::repository::{PrivateFleet, Repository};
 
 const POLL: Duration = Duration::from_millis(200);
 
@@ -233,25 +233,16 @@ fn a_start_with_the_repository_down_and_no_copy_fails_naming_the_url() {
 }
 
 #[test]
-fn credentials_come_from_the_environment_reach_one_host_and_are_never_shown() {
-    const SECRET: &str = "Bearer s3cret-t0ken-value";
-    let repository = Repository::start(&global("10/s"));
-    repository.require("authorization", SECRET);
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("cache");
-    let file = dir.path().join("local.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[reload]\ncache_dir = \"{}\"\n[reload.headers.\"127.0.0.1\"]\n\
-             Authorization = \"TOLLGATE_TEST_CONFIG_AUTH\"\n",
-            cache.display()
-        ),
-    )
-    .unwrap();
-
-    // Without the variable: refused, naming the variable and not any value.
-    let error = Limits::load([repository.url(), file.display().to_string()])
+fn a_credential_named_in_the_config_but_missing_from_the_environment_is_named_not_guessed() {
+    let fleet = PrivateFleet::start(
+        &global("10/s"),
+        "Bearer s3cret",
+        "TOLLGATE_TEST_CONFIG_AUTH",
+    );
+    // Without the variable: refused, naming the variable and not any value. (With it, in a
+    // real service process, the credential reaches the host and is shown nowhere: the
+    // service's `remote_config` tests.)
+    let error = Limits::load([fleet.repository.url(), fleet.local.display().to_string()])
         .unwrap_err()
         .to_string();
     assert!(

@@ -2,29 +2,15 @@
 //! read as the service reads it, and valid under the schema the service prints, and the copy
 //! of that schema in `config/` is current.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tollgate::Limits;
 use tollgate_server::{FileSettings, GatewayTable, Settings};
-
-fn samples(extensions: &[&str]) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
-    let mut samples: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| {
-            path.extension()
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| extensions.contains(&e))
-        })
-        .collect();
-    samples.sort();
-    samples
-}
+use tollgate_testkit::config_samples;
 
 #[test]
 fn every_sample_loads_as_the_service_reads_it() {
-    let samples = samples(&["toml", "yaml"]);
+    let samples = config_samples(&["toml", "yaml"]);
     for path in &samples {
         Limits::builder()
             .extension(GatewayTable::default())
@@ -46,7 +32,7 @@ fn every_sample_loads_as_the_service_reads_it() {
 fn the_schema_validates_every_sample_and_the_shipped_copy_is_current() {
     let schema = tollgate_server::json_schema();
     let validator = jsonschema::validator_for(&schema).unwrap();
-    let samples = samples(&["toml"]);
+    let samples = config_samples(&["toml"]);
     for path in &samples {
         let document: serde_json::Value =
             toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();

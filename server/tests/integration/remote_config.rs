@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::repository::Repository;
+use crate::support::repository::PrivateFleet;
 
 /// The `tollgate` binary cargo built for these tests.
 const TOLLGATE: &str = env!("CARGO_BIN_EXE_tollgate");
@@ -40,20 +40,12 @@ fn a_start_with_the_repository_down_and_no_copy_fails_naming_the_url() {
 #[test]
 fn credentials_come_from_the_environment_reach_one_host_and_are_never_shown() {
     const SECRET: &str = "Bearer s3cret-t0ken-value";
-    let repository = Repository::start("[limits]\n\"/\" = \"10/s\"\napi = \"100/min\"\n");
-    repository.require("authorization", SECRET);
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("cache");
-    let file = dir.path().join("local.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "[reload]\ncache_dir = \"{}\"\n[reload.headers.\"127.0.0.1\"]\n\
-             Authorization = \"TOLLGATE_TEST_CONFIG_AUTH\"\n",
-            cache.display()
-        ),
-    )
-    .unwrap();
+    let fleet = PrivateFleet::start(
+        "[limits]\n\"/\" = \"10/s\"\napi = \"100/min\"\n",
+        SECRET,
+        "TOLLGATE_TEST_CONFIG_AUTH",
+    );
+    let (repository, file, cache) = (&fleet.repository, &fleet.local, &fleet.cache);
     // In a real service process: fetched, and the secret is nowhere to be seen.
     let mut child = Command::new(TOLLGATE)
         .args([
@@ -77,7 +69,7 @@ fn credentials_come_from_the_environment_reach_one_host_and_are_never_shown() {
     let log = log.lock().unwrap().clone();
     assert!(log.contains("gateway started"), "{log}");
     assert!(!log.contains("s3cret"), "nor in the log");
-    for copy in std::fs::read_dir(&cache).unwrap() {
+    for copy in std::fs::read_dir(cache).unwrap() {
         let text = std::fs::read_to_string(copy.unwrap().path()).unwrap();
         assert!(!text.contains("s3cret"), "nor in the cache");
     }
