@@ -95,6 +95,47 @@ pub(crate) struct RawStore {
     pub(crate) sync_interval: Option<Spanned<String>>,
     #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) concurrency_lease: Option<Spanned<String>>,
+    /// The environment variable holding the Redis ACL user's name.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) username_env: Option<Spanned<String>>,
+    /// The environment variable holding the Redis password.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) password_env: Option<Spanned<String>>,
+    /// `backend = "redis-sentinel"`: the sentinels to ask for the master.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<OneOrMany<String>>"))]
+    pub(crate) sentinels: Option<Spanned<OneOrMany<String>>>,
+    /// `backend = "redis-sentinel"`: the name the sentinels monitor the master under.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) master_name: Option<Spanned<String>>,
+    /// The environment variable holding the sentinels' ACL user's name.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) sentinel_username_env: Option<Spanned<String>>,
+    /// The environment variable holding the sentinels' password.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) sentinel_password_env: Option<Spanned<String>>,
+    /// `[store.tls]`: how `rediss://` connections are verified.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<RawRedisTls>"))]
+    pub(crate) tls: Option<Spanned<RawRedisTls>>,
+}
+
+/// `[store.tls]`
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRedisTls {
+    /// PEM file of the CA certificates Redis's certificate must chain to (default: the
+    /// system's roots).
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) ca_file: Option<Spanned<String>>,
+    /// PEM file of the client certificate to present (with `key_file`).
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) cert_file: Option<Spanned<String>>,
+    /// PEM file of the client certificate's private key.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) key_file: Option<Spanned<String>>,
+    /// Accept any certificate from Redis, unverified: for a test bench, never in production.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<bool>"))]
+    pub(crate) danger_accept_invalid_certificates: Option<Spanned<bool>>,
 }
 
 /// `[key]`

@@ -129,12 +129,12 @@ impl Store for BackendStore {
         let wanted = rules.store().backend;
         let chosen = *self.chosen.get_or_init(|| {
             #[cfg(feature = "redis")]
-            if matches!(wanted, Backend::Redis | Backend::RedisCluster) {
+            if wanted.is_redis() {
                 let settings = &rules.store().redis;
-                let store = if wanted == Backend::RedisCluster {
-                    RedisStore::cluster(settings)
-                } else {
-                    RedisStore::new(settings)
+                let store = match wanted {
+                    Backend::RedisCluster => RedisStore::cluster(settings),
+                    Backend::RedisSentinel => RedisStore::sentinel(settings),
+                    _ => RedisStore::new(settings),
                 };
                 match store {
                     Ok(redis) => {

@@ -16,9 +16,11 @@
 
 pub mod architecture;
 pub mod browser;
+pub mod certs;
 pub mod cluster;
 pub mod redis;
 pub mod repository;
+pub mod sentinel;
 pub mod upstream;
 
 use std::collections::BTreeMap;

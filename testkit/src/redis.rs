@@ -10,10 +10,34 @@ use std::time::{Duration, Instant};
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    options: RedisOptions,
+    /// The TLS port, when `options.tls` asks for one.
+    tls_port: Option<u16>,
+}
+
+/// How a test's server differs from a plain one.
+#[derive(Clone, Debug, Default)]
+pub struct RedisOptions {
+    /// Also serve TLS, on a port of its own (the plain port stays, for the fixture).
+    pub tls: Option<RedisTlsOptions>,
+    /// More `redis-server` arguments (an ACL user, `--replicaof`, …).
+    pub args: Vec<String>,
+    /// Authenticate the fixture's own commands as this user and password.
+    pub auth: Option<(String, String)>,
+}
+
+/// A TLS port's certificate, key and the CA client certificates must come from.
+#[derive(Clone, Debug)]
+pub struct RedisTlsOptions {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub ca: std::path::PathBuf,
+    /// Require client certificates from `ca` (`--tls-auth-clients yes`).
+    pub client_certs: bool,
 }
 
 /// `redis-server`'s path, if installed (`REDIS_SERVER` overrides).
-fn binary() -> Option<String> {
+pub(crate) fn binary() -> Option<String> {
     if let Ok(path) = std::env::var("REDIS_SERVER") {
         return Some(path);
     }
@@ -26,6 +50,11 @@ fn binary() -> Option<String> {
 impl RedisServer {
     /// Starts a server, or returns `None` after saying why the calling test skips.
     pub fn start(test: &str) -> Option<RedisServer> {
+        RedisServer::start_with(test, RedisOptions::default())
+    }
+
+    /// Starts a server as `options` say, or returns `None` after saying why the test skips.
+    pub fn start_with(test: &str, options: RedisOptions) -> Option<RedisServer> {
         let Some(binary) = binary() else {
             assert_ne!(
                 std::env::var("CI").as_deref(),
@@ -38,18 +67,41 @@ impl RedisServer {
             return None;
         };
         let port = free_port();
-        let mut server = RedisServer { child: None, port };
+        let tls_port = options.tls.as_ref().map(|_| free_port());
+        let mut server = RedisServer {
+            child: None,
+            port,
+            options,
+            tls_port,
+        };
         server.spawn(&binary);
         Some(server)
     }
 
     fn spawn(&mut self, binary: &str) {
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
-            .args(["--daemonize", "no"])
+            .args(["--daemonize", "no"]);
+        if let (Some(tls), Some(port)) = (&self.options.tls, self.tls_port) {
+            command
+                .args(["--tls-port", &port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca)
+                .args([
+                    "--tls-auth-clients",
+                    if tls.client_certs { "yes" } else { "no" },
+                ]);
+        }
+        let child = command
+            .args(&self.options.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -67,6 +119,17 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The plain port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The TLS port's URL (`rediss://localhost:PORT`), if the server has one.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port
+            .map(|port| format!("rediss://localhost:{port}"))
     }
 
     /// Kills the server (SIGKILL, by PID), as an outage would.
@@ -88,8 +151,14 @@ impl RedisServer {
     pub fn command(&self, command: &str) -> Option<String> {
         let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        stream.write_all(format!("{command}\r\n").as_bytes()).ok()?;
         let mut reply = [0u8; 4096];
+        if let Some((user, password)) = &self.options.auth {
+            stream
+                .write_all(format!("AUTH {user} {password}\r\n").as_bytes())
+                .ok()?;
+            let _ = stream.read(&mut reply).ok()?;
+        }
+        stream.write_all(format!("{command}\r\n").as_bytes()).ok()?;
         let n = stream.read(&mut reply).ok()?;
         let text = String::from_utf8_lossy(&reply[..n]);
         Some(text.lines().next().unwrap_or("").to_owned())
@@ -128,7 +197,7 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())

@@ -19,6 +19,8 @@ mod redis_backend;
 mod redis_cluster;
 mod redis_headers;
 mod redis_hybrid;
+mod redis_sentinel;
+mod redis_tls;
 mod reload;
 mod remote_config;
 mod shaping;

@@ -2,10 +2,12 @@
 //! `[response]`, `[store]` and `[reload]` through their own files. A later file overrides
 //! an earlier one setting by setting.
 
+mod connection;
 mod reload;
 mod response;
 mod store;
 
+pub use connection::{RedisConnection, RedisTls, Secret};
 pub use reload::{ReloadSettings, RemoteHeader};
 pub use response::{BodyTemplate, ResponseSettings};
 pub use store::{Backend, OnBackendError, RedisSettings, StoreSettings, SyncMode};
@@ -135,4 +137,13 @@ fn parse_network(text: &str) -> Option<IpNet> {
         .map(|net| net.trunc())
         .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
         .ok()
+}
+
+/// Whether `text` can name an environment variable: a letter or `_`, then letters, digits
+/// and `_`.
+pub(super) fn is_env_name(text: &str) -> bool {
+    text.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }

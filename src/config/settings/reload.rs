@@ -14,6 +14,7 @@ use http::HeaderName;
 use super::super::error::Diagnostic;
 use super::super::raw::{RawFile, RawReload};
 use super::super::source::SourceText;
+use super::is_env_name;
 use crate::quota::parse_duration;
 
 /// The `[reload]` table.
@@ -150,15 +151,6 @@ impl ReloadSettings {
             }
         }
     }
-}
-
-/// Whether `text` can name an environment variable: a letter or `_`, then letters, digits
-/// and `_`.
-fn is_env_name(text: &str) -> bool {
-    text.chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl Default for ReloadSettings {

@@ -8,6 +8,7 @@ use toml::Spanned;
 use super::super::error::Diagnostic;
 use super::super::raw::RawStore;
 use super::super::source::SourceText;
+use super::connection::RedisConnection;
 use crate::quota::parse_duration;
 
 /// The `[store]` table.
@@ -57,6 +58,19 @@ pub enum Backend {
     Redis,
     /// `"redis-cluster"`: in a Redis Cluster, spread across its masters by client.
     RedisCluster,
+    /// `"redis-sentinel"`: in the Redis master that Sentinel names, followed through
+    /// failovers.
+    RedisSentinel,
+}
+
+impl Backend {
+    /// Whether buckets live in Redis (one server, a Cluster or behind Sentinel).
+    pub fn is_redis(self) -> bool {
+        matches!(
+            self,
+            Backend::Redis | Backend::RedisCluster | Backend::RedisSentinel
+        )
+    }
 }
 
 /// What a decision does when the Redis backend cannot answer in time.
@@ -90,9 +104,10 @@ pub enum SyncMode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisSettings {
-    /// Where Redis is (`url`, default `redis://127.0.0.1:6379`; `rediss://` for TLS is
-    /// accepted by the parser but this build speaks plain TCP). For a cluster, the first
-    /// of [`nodes`](Self::nodes).
+    /// Where Redis is (`url`, default `redis://127.0.0.1:6379`; `rediss://` for TLS, with
+    /// the crate's `tls` feature), without any password written in it (that is in
+    /// [`connection`](Self::connection)). For a cluster, the first of
+    /// [`nodes`](Self::nodes).
     pub url: String,
     /// Every URL `url` names: one for a single server; for a Redis Cluster, the seed nodes
     /// the client learns the cluster's topology from (one is enough, more ride out a dead
@@ -124,6 +139,8 @@ pub struct RedisSettings {
     /// their request is in flight, so a gateway that dies gives its slots back within this
     /// (`concurrency_lease`, default 10 s).
     pub concurrency_lease: Duration,
+    /// Credentials, TLS and Sentinel.
+    pub connection: RedisConnection,
 }
 
 impl StoreSettings {
@@ -162,6 +179,7 @@ impl Default for RedisSettings {
             sync: SyncMode::Remote,
             sync_interval: Duration::from_millis(100),
             concurrency_lease: Duration::from_secs(10),
+            connection: RedisConnection::default(),
         }
     }
 }
@@ -225,19 +243,29 @@ impl StoreSettings {
                 "memory" => self.backend = Backend::Memory,
                 "redis" if cfg!(feature = "redis") => self.backend = Backend::Redis,
                 "redis-cluster" if cfg!(feature = "redis") => self.backend = Backend::RedisCluster,
-                name @ ("redis" | "redis-cluster") => out.push(source.at(
+                "redis-sentinel" if cfg!(feature = "redis") => {
+                    self.backend = Backend::RedisSentinel;
+                }
+                name @ ("redis" | "redis-cluster" | "redis-sentinel") => out.push(source.at(
                     backend.span(),
                     format!("backend \"{name}\" needs tollgate built with its `redis` feature"),
                 )),
                 other => out.push(source.at(
                     backend.span(),
                     format!(
-                        "backend must be \"memory\", \"redis\" or \"redis-cluster\", found \"{other}\""
+                        "backend must be \"memory\", \"redis\", \"redis-cluster\" or \"redis-sentinel\", found \"{other}\""
                     ),
                 )),
             }
         }
         self.apply_redis(source, raw, out, duration, count);
+        let mut nodes = std::mem::take(&mut self.redis.nodes);
+        self.redis.connection.apply(source, raw, &mut nodes, out);
+        if let Some(first) = nodes.first() {
+            self.redis.url.clone_from(first);
+        }
+        self.redis.nodes = nodes;
+        self.check_connection(source, raw, out);
         if self.redis.sync == SyncMode::Local
             && self.backend == Backend::Memory
             && let Some(sync) = &raw.sync
@@ -256,6 +284,57 @@ impl StoreSettings {
                 url.span(),
                 "url lists several servers, which only backend = \"redis-cluster\" uses (its seed \
                  nodes); a single Redis takes one url",
+            ));
+        }
+    }
+
+    /// What this file's backend needs of the connection settings, said where it chose it.
+    fn check_connection(&self, source: &SourceText, raw: &RawStore, out: &mut Vec<Diagnostic>) {
+        let connection = &self.redis.connection;
+        if let Some(backend) = &raw.backend
+            && self.backend == Backend::RedisSentinel
+            && (connection.sentinels.is_empty() || connection.master_name.is_none())
+        {
+            out.push(source.at(
+                backend.span(),
+                "backend = \"redis-sentinel\" needs sentinels = [\"redis://host:26379\", …] and \
+                 master_name (the name the sentinels monitor the master under)",
+            ));
+        }
+        if let Some(sentinels) = &raw.sentinels
+            && self.backend != Backend::RedisSentinel
+        {
+            out.push(source.at(
+                sentinels.span(),
+                "sentinels are for backend = \"redis-sentinel\"",
+            ));
+        }
+        let tls_urls = self
+            .redis
+            .nodes
+            .iter()
+            .any(|url| url.starts_with("rediss://"))
+            || connection
+                .sentinels
+                .iter()
+                .any(|url| url.starts_with("rediss://"));
+        let written = raw.url.as_ref().map(Spanned::span);
+        if tls_urls
+            && !cfg!(feature = "tls")
+            && let Some(url) = written.or(raw.sentinels.as_ref().map(Spanned::span))
+        {
+            out.push(source.at(
+                url,
+                "rediss:// needs tollgate built with its `tls` feature (the service has it)",
+            ));
+        }
+        if let Some(tls) = &raw.tls
+            && !tls_urls
+            && self.backend.is_redis()
+        {
+            out.push(source.at(
+                tls.span(),
+                "[store.tls] applies to rediss:// URLs, and the Redis URLs here are redis://",
             ));
         }
     }
@@ -406,7 +485,7 @@ mod tests {
                     breaker_failures = -1\n[limits]\n\"/\" = \"1/s\"\n";
         let error = crate::Limits::from_toml(text).unwrap_err().to_string();
         for expected in [
-            "<inline>:2:11: backend must be \"memory\", \"redis\" or \"redis-cluster\", found \"etcd\"",
+            "<inline>:2:11: backend must be \"memory\", \"redis\", \"redis-cluster\" or \"redis-sentinel\", found \"etcd\"",
             "<inline>:3:7: url \"http://x\" is not a Redis URL",
             "<inline>:4:14: key_prefix must be at most 64 bytes without '{' or '}'",
             "<inline>:5:11: timeout \"soon\" is not a duration",

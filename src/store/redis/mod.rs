@@ -65,6 +65,7 @@
 
 mod breaker;
 mod caps;
+mod connect;
 mod hybrid;
 mod keys;
 mod listing;
@@ -148,10 +149,8 @@ impl RedisStore {
     /// A store for the server `settings.url` names. Nothing connects yet: the first
     /// decision does, inside the caller's tokio runtime. Fails only on a malformed URL.
     pub fn new(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
-        let client =
-            redis::Client::open(settings.url.as_str()).map_err(|error| StoreError::Invalid {
-                reason: format!("Redis URL \"{}\": {error}", settings.url),
-            })?;
+        let client = connect::single(&settings.url, &settings.connection)
+            .map_err(|reason| StoreError::Invalid { reason })?;
         Ok(RedisStore::with(
             Pool::single(client),
             Shards::single(),
@@ -174,10 +173,38 @@ impl RedisStore {
     /// # Ok::<(), tollgate::store::StoreError>(())
     /// ```
     pub fn cluster(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
-        let pool = Pool::cluster(settings).map_err(|error| StoreError::Invalid {
+        let builder =
+            connect::cluster(settings).map_err(|reason| StoreError::Invalid { reason })?;
+        let pool = Pool::cluster(builder, settings).map_err(|error| StoreError::Invalid {
             reason: format!("Redis Cluster nodes {:?}: {error}", settings.nodes),
         })?;
         Ok(RedisStore::with(pool, Shards::cluster(), settings))
+    }
+
+    /// A store for the Redis master the sentinels `settings.connection.sentinels` name
+    /// `master_name`, asked again whenever the master stops answering as one (it died, or
+    /// was demoted in a failover). Nothing connects yet: the first decision does, inside
+    /// the caller's tokio runtime. Fails only on malformed settings.
+    ///
+    /// ```
+    /// use tollgate::store::RedisStore;
+    ///
+    /// let limits = tollgate::Limits::from_toml(
+    ///     "[store]\nbackend = \"redis-sentinel\"\nsentinels = [\"redis://10.0.0.1:26379\"]\n\
+    ///      master_name = \"limits\"\n",
+    /// )?;
+    /// let store = RedisStore::sentinel(&limits.rules().store().redis)?;
+    /// assert!(!store.is_cluster());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sentinel(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
+        let client = connect::sentinel(&settings.connection)
+            .map_err(|reason| StoreError::Invalid { reason })?;
+        Ok(RedisStore::with(
+            Pool::sentinel(client),
+            Shards::single(),
+            settings,
+        ))
     }
 
     fn with(pool: Pool, shards: Shards, settings: &RedisSettings) -> RedisStore {
@@ -497,13 +524,19 @@ impl Store for RedisStore {
         let inner = &self.inner;
         let settings = &rules.store().redis;
         let previous = inner.settings.load();
-        if previous.nodes != settings.nodes || previous.connections != settings.connections {
-            tracing::warn!("[store] url and connections apply at the next restart");
+        if previous.nodes != settings.nodes
+            || previous.connections != settings.connections
+            || previous.connection != settings.connection
+        {
+            tracing::warn!(
+                "[store] url, connections, credentials, TLS and sentinels apply at the next restart"
+            );
         }
         let mut kept = settings.clone();
         kept.url.clone_from(&previous.url);
         kept.nodes.clone_from(&previous.nodes);
         kept.connections = previous.connections;
+        kept.connection.clone_from(&previous.connection);
         inner.settings.store(Arc::new(kept));
         let mut current = inner.current.lock();
         let next = RuleKeys::next(rules, &inner.rules.load(), &current);

@@ -1,14 +1,21 @@
 //! The connections to Redis and the decision script on them: for one server, a few
 //! multiplexed connections used in turn; for a Redis Cluster, the `redis` crate's async
 //! cluster client (one multiplexed connection per node, `MOVED`/`ASK` redirections,
-//! topology refreshes, reconnects). Made on first use, with the script loaded up front.
+//! topology refreshes, reconnects); behind Sentinel, connections to the master the
+//! sentinels name, dropped and asked for again when it stops answering as the master (it
+//! died, or a failover demoted it: `READONLY`). Made on first use, with the script loaded
+//! up front.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
+use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use super::scripts::SCRIPT;
@@ -25,9 +32,26 @@ const CLUSTER_MAX_RETRY_WAIT_MS: u64 = 100;
 
 /// What the store connects to.
 enum Target {
-    Single(redis::Client),
+    Single(Box<redis::Client>),
     Cluster(Box<ClusterClient>),
+    Sentinel(Box<Sentinel>),
 }
+
+/// The sentinels, and the master they last named with connections to it.
+struct Sentinel {
+    client: tokio::sync::Mutex<SentinelClient>,
+    master: ArcSwapOption<Master>,
+}
+
+/// Connections to one master.
+struct Master {
+    connections: Vec<ConnectionManager>,
+    /// When the sentinels named it: it is not dropped again within [`RESOLVE_AT_MOST`].
+    resolved: Instant,
+}
+
+/// How often, at most, the sentinels are asked again while the master they named fails.
+const RESOLVE_AT_MOST: Duration = Duration::from_millis(100);
 
 enum Connections {
     Single(Vec<ConnectionManager>),
@@ -87,13 +111,25 @@ pub(super) struct Pool {
 impl Pool {
     /// A pool for one server; nothing connects until the first call.
     pub(super) fn single(client: redis::Client) -> Pool {
-        Pool::new(Target::Single(client))
+        Pool::new(Target::Single(Box::new(client)))
     }
 
-    /// A pool for the Redis Cluster whose seed nodes `settings.nodes` names; nothing
-    /// connects until the first call. Fails only on a malformed URL.
-    pub(super) fn cluster(settings: &RedisSettings) -> redis::RedisResult<Pool> {
-        let client = ClusterClient::builder(settings.nodes.iter().map(String::as_str))
+    /// A pool for the master `client`'s sentinels name; nothing connects until the first
+    /// call.
+    pub(super) fn sentinel(client: SentinelClient) -> Pool {
+        Pool::new(Target::Sentinel(Box::new(Sentinel {
+            client: tokio::sync::Mutex::new(client),
+            master: ArcSwapOption::empty(),
+        })))
+    }
+
+    /// A pool for the Redis Cluster `builder` describes (its seed nodes, credentials and
+    /// TLS); nothing connects until the first call. Fails only on a malformed URL.
+    pub(super) fn cluster(
+        builder: ClusterClientBuilder,
+        settings: &RedisSettings,
+    ) -> redis::RedisResult<Pool> {
+        let client = builder
             .retries(CLUSTER_RETRIES)
             .min_retry_wait(CLUSTER_MIN_RETRY_WAIT_MS)
             .max_retry_wait(CLUSTER_MAX_RETRY_WAIT_MS)
@@ -127,41 +163,95 @@ impl Pool {
         &self,
         settings: &RedisSettings,
     ) -> redis::RedisResult<Connection> {
+        if let Target::Sentinel(sentinel) = &self.target {
+            let master = match sentinel.master.load_full() {
+                Some(master) => master,
+                None => self.resolve(sentinel, settings).await?,
+            };
+            return self.in_turn(&master.connections);
+        }
         let connections = self
             .connections
             .get_or_try_init(|| self.connect(settings))
             .await?;
         match connections {
-            Connections::Single(all) => {
-                let turn = self.turn.fetch_add(1, Ordering::Relaxed);
-                all.get(turn % all.len().max(1))
-                    .cloned()
-                    .map(Connection::Single)
-                    .ok_or_else(|| {
-                        redis::RedisError::from((redis::ErrorKind::Client, "no connection"))
-                    })
-            }
+            Connections::Single(all) => self.in_turn(all),
             Connections::Cluster(connection) => Ok(Connection::Cluster(connection.clone())),
+        }
+    }
+
+    /// One of `all`, in turn.
+    fn in_turn(&self, all: &[ConnectionManager]) -> redis::RedisResult<Connection> {
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+        all.get(turn % all.len().max(1))
+            .cloned()
+            .map(Connection::Single)
+            .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::Client, "no connection")))
+    }
+
+    /// Asks the sentinels for the master and connects to it (once for concurrent callers).
+    async fn resolve(
+        &self,
+        sentinel: &Sentinel,
+        settings: &RedisSettings,
+    ) -> redis::RedisResult<Arc<Master>> {
+        let mut client = sentinel.client.lock().await;
+        if let Some(master) = sentinel.master.load_full() {
+            return Ok(master);
+        }
+        let redis = client.async_get_client().await?;
+        drop(client);
+        let connections = managers(&redis, settings)?;
+        if let Some(first) = connections.first() {
+            self.script.load_async(&mut first.clone()).await?;
+        }
+        let master = Arc::new(Master {
+            connections,
+            resolved: Instant::now(),
+        });
+        tracing::info!(address = ?redis.get_connection_info().addr(), "Sentinel named the Redis master");
+        sentinel.master.store(Some(Arc::clone(&master)));
+        Ok(master)
+    }
+
+    /// After `error` from the master: if it says the master is gone or no longer the
+    /// master, the sentinels are asked again on the next call.
+    pub(super) fn failed(&self, error: &redis::RedisError) {
+        let Target::Sentinel(sentinel) = &self.target else {
+            return;
+        };
+        let demoted = matches!(
+            error.kind(),
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::ReadOnly | redis::ServerErrorKind::MasterDown
+            )
+        );
+        let gone = error.is_io_error()
+            || error.is_connection_refusal()
+            || error.is_connection_dropped()
+            || error.is_timeout();
+        if !(demoted || gone) {
+            return;
+        }
+        if let Some(master) = sentinel.master.load_full()
+            && master.resolved.elapsed() >= RESOLVE_AT_MOST
+        {
+            let _ = sentinel
+                .master
+                .compare_and_swap(&Some(master), None::<Arc<Master>>);
         }
     }
 
     async fn connect(&self, settings: &RedisSettings) -> redis::RedisResult<Connections> {
         let connections = match &self.target {
-            Target::Single(client) => {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(connection_timeout(settings)))
-                    .set_response_timeout(Some(settings.timeout))
-                    .set_number_of_retries(2)
-                    .set_min_delay(Duration::from_millis(20))
-                    .set_max_delay(Duration::from_millis(500));
-                let all = (0..settings.connections.max(1))
-                    .map(|_| {
-                        ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-                    })
-                    .collect::<redis::RedisResult<Vec<ConnectionManager>>>()?;
-                Connections::Single(all)
-            }
+            Target::Single(client) => Connections::Single(managers(client, settings)?),
             Target::Cluster(client) => Connections::Cluster(client.get_async_connection().await?),
+            Target::Sentinel(_) => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "a Sentinel's master is resolved, not connected once",
+                )));
+            }
         };
         // Loaded once up front (on a cluster, `SCRIPT LOAD` goes to every node), so
         // decisions are one EVALSHA each; after a server restart, a failover to a replica
@@ -209,7 +299,11 @@ impl Pool {
         for arg in args {
             invocation.arg(arg.as_str());
         }
-        invocation.invoke_async(&mut connection).await
+        let result = invocation.invoke_async(&mut connection).await;
+        if let Err(error) = &result {
+            self.failed(error);
+        }
+        result
     }
 
     /// One `EVALSHA` per `(key, args)` in one pipeline, each command's reply or error in
@@ -234,7 +328,24 @@ impl Pool {
             }
         }
         match self.connection(settings).await? {
-            Connection::Single(mut connection) => pipeline.query_async(&mut connection).await,
+            Connection::Single(mut connection) => {
+                let result: redis::RedisResult<Vec<Value>> =
+                    pipeline.query_async(&mut connection).await;
+                match &result {
+                    Err(error) => self.failed(error),
+                    // Errors were kept in their places: a demoted master answers each one
+                    // `READONLY`.
+                    Ok(values) => {
+                        if let Some(Value::ServerError(error)) = values
+                            .iter()
+                            .find(|value| matches!(value, Value::ServerError(_)))
+                        {
+                            self.failed(&redis::RedisError::from(error.clone()));
+                        }
+                    }
+                }
+                result
+            }
             Connection::Cluster(mut connection) => {
                 let route = redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(
                     redis::cluster_routing::Route::new(
@@ -259,6 +370,23 @@ impl Pool {
     pub(super) fn script_hash(&self) -> &str {
         self.script.get_hash()
     }
+}
+
+/// `settings.connections` multiplexed connections to the server `client` names, each
+/// reconnecting by itself.
+fn managers(
+    client: &redis::Client,
+    settings: &RedisSettings,
+) -> redis::RedisResult<Vec<ConnectionManager>> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(connection_timeout(settings)))
+        .set_response_timeout(Some(settings.timeout))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(500));
+    (0..settings.connections.max(1))
+        .map(|_| ConnectionManager::new_lazy_with_config(client.clone(), config.clone()))
+        .collect()
 }
 
 /// How long making a connection may take: the decision timeout, but at least 250 ms (a

@@ -1,0 +1,87 @@
+//! `backend = "redis-sentinel"` against real Redis Sentinel — a master, its replica and a
+//! sentinel, each a Debian `redis-server` — with the master killed under traffic: no
+//! request fails, and decisions are shared again within 8 s of the promotion.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use http::StatusCode;
+use tollgate::store::BackendStore;
+use tollgate::{Limits, RateLimitLayer};
+
+use crate::support::sentinel::{MASTER_NAME, SentinelSetup};
+use crate::support::{get as send, serve};
+
+fn instance(setup: &SentinelSetup) -> Limits<BackendStore> {
+    Limits::builder()
+        .store(BackendStore::new())
+        .from_toml(&format!(
+            "[store]\nbackend = \"redis-sentinel\"\nsentinels = [\"{}\"]\nmaster_name = \"{MASTER_NAME}\"\n\
+             key_prefix = \"sentinel:\"\n[client]\nsources = [\"header:x-client\"]\n\
+             [limits]\n\"/\" = \"1000/h\"\n",
+            setup.sentinel_url()
+        ))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_gives_no_5xx_and_shared_decisions_resume_within_8s_of_the_promotion() {
+    let Some(mut setup) = SentinelSetup::start("a_failover_gives_no_5xx") else {
+        return;
+    };
+    let (a, b) = (instance(&setup), instance(&setup));
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(RateLimitLayer::new(a.clone()));
+    let address = serve(app).await;
+
+    // Before: shared through the master the sentinel names.
+    let first = send(address, "/", &[("x-client", "steady")]).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(b.peek("steady").await.unwrap().remaining(), 999);
+    let old_master = setup.master_port().unwrap();
+
+    setup.kill_master();
+    let killed = Instant::now();
+    let mut statuses = Vec::new();
+    let (mut promoted, mut resumed) = (None, None);
+    let deadline = killed + Duration::from_secs(40);
+    for probe in 0.. {
+        if Instant::now() > deadline {
+            break;
+        }
+        let reply = send(address, "/", &[("x-client", "steady")]).await;
+        statuses.push(reply.status);
+        // A fresh client: taken through A, seen through B?
+        let client = format!("probe-{probe}");
+        let taken = send(address, "/", &[("x-client", &client)]).await;
+        statuses.push(taken.status);
+        if promoted.is_none() && setup.master_port().is_some_and(|port| port != old_master) {
+            promoted = Some(killed.elapsed());
+        }
+        if promoted.is_some() && b.peek(&client).await.unwrap().remaining() == 999 {
+            resumed = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::OK),
+        "every request answered (on_backend_error = \"local\" meanwhile), none failed: {statuses:?}"
+    );
+    let promoted = promoted.expect("the sentinel promoted the replica within 40 s");
+    let resumed = resumed.expect("shared decisions resumed after the promotion");
+    eprintln!(
+        "sentinel failover: promoted {promoted:?} after the kill, decisions shared again {:?} \
+         after the promotion ({} requests meanwhile)",
+        resumed - promoted,
+        statuses.len()
+    );
+    assert!(
+        resumed - promoted <= Duration::from_secs(8),
+        "shared decisions resumed {:?} after the promotion",
+        resumed - promoted
+    );
+    assert_eq!(setup.master_port(), Some(setup.replica.port()));
+}
