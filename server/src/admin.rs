@@ -95,10 +95,7 @@ pub fn router(
     Router::new()
         .route("/", get(page))
         .route("/healthz", get(|| async { "ok\n" }))
-        .route(
-            "/schema.json",
-            get(|| async { Json(tollgate::config::json_schema()) }),
-        )
+        .route("/schema.json", get(|| async { Json(crate::json_schema()) }))
         .route(
             "/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
@@ -115,8 +112,11 @@ pub struct AdminOptions {
     pub metrics: PrometheusHandle,
     /// A bearer token every route but `/healthz` and the page requires.
     pub token: Option<String>,
-    /// How long a client has to send a request's headers (slowloris defence).
+    /// How long a client has to send a request's headers (slowloris defence); also how
+    /// long it has to finish a TLS handshake.
     pub header_read_timeout: Duration,
+    /// TLS on the listener (`[gateway.tls]`); `None`: plain HTTP.
+    pub tls: Option<std::sync::Arc<crate::tls::TlsAcceptor>>,
 }
 
 impl AdminOptions {
@@ -126,6 +126,7 @@ impl AdminOptions {
             metrics,
             token: None,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            tls: None,
         }
     }
 }
@@ -159,6 +160,7 @@ pub async fn serve(
         app,
         "admin",
         options.header_read_timeout,
+        options.tls,
         shutdown,
     )
     .await;

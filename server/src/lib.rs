@@ -43,6 +43,7 @@ mod server;
 mod settings;
 mod signals;
 mod startup;
+pub mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -5,8 +5,11 @@
 //! `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) do not. The
 //! client's address is appended to `X-Forwarded-For`, its `Host` is passed on as
 //! `X-Forwarded-Host` and the upstream gets its own `Host`. Connections to the upstream are
-//! pooled. An upstream that cannot be reached gives `502`; one that does not send its
-//! response headers within the timeout gives `504`.
+//! pooled, kept alive, over TLS for an `https://` upstream (its certificate verified against
+//! the system's roots or `upstream_ca_file`, SNI its host). An upstream that cannot be
+//! reached, or whose certificate does not verify, gives `502`; one that does not send its
+//! response headers within the timeout gives `504`. With TLS on the listener
+//! (`[gateway.tls]`) the proxy serves HTTPS, and says so upstream in `X-Forwarded-Proto`.
 //!
 //! [`serve`] is the front end: the proxy behind [`RateLimitLayer`] on a listener, until
 //! shutdown. [`Proxy`] and [`handler`] are its parts, for an axum app of your own.
@@ -30,6 +33,8 @@ use tokio::net::TcpListener;
 
 use super::server::{json_error, serve_http};
 use super::settings::{DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT};
+use super::tls::{TlsAcceptor, TlsError};
+use hyper_rustls::HttpsConnector;
 use tollgate::store::Store;
 use tollgate::{Limits, RateLimitLayer};
 
@@ -45,12 +50,18 @@ use tollgate::{Limits, RateLimitLayer};
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ProxyOptions {
-    /// Where requests go: `http://host:port[/prefix]`.
+    /// Where requests go: `http://` or `https://host:port[/prefix]`.
     pub upstream: Uri,
     /// How long to wait for the upstream's response headers (then `504`).
     pub upstream_timeout: Duration,
-    /// How long a client has to send a request's headers (slowloris defence).
+    /// How long a client has to send a request's headers (slowloris defence); also how
+    /// long it has to finish a TLS handshake.
     pub header_read_timeout: Duration,
+    /// CA certificates an `https://` upstream's certificate must chain to; `None`: the
+    /// system's roots.
+    pub upstream_ca_file: Option<std::path::PathBuf>,
+    /// TLS on the listener; `None`: plain HTTP.
+    pub tls: Option<Arc<TlsAcceptor>>,
 }
 
 impl ProxyOptions {
@@ -60,13 +71,16 @@ impl ProxyOptions {
             upstream,
             upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            upstream_ca_file: None,
+            tls: None,
         }
     }
 }
 
 /// The rate-limiting reverse proxy on `listener`: every request is decided by `limits`
 /// and, if admitted, forwarded to the upstream. Runs until `shutdown` completes, then stops
-/// accepting and lets requests in flight finish.
+/// accepting and lets requests in flight finish. Fails at once, before serving, if the
+/// upstream's TLS cannot be set up (an unreadable `upstream_ca_file`).
 ///
 /// ```no_run
 /// use tollgate::Limits;
@@ -76,7 +90,7 @@ impl ProxyOptions {
 /// let limits = Limits::from_toml("[limits]\n\"/\" = \"20/s\"\n")?;
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 /// let options = ProxyOptions::new("http://127.0.0.1:8000".parse()?);
-/// proxy::serve(limits, listener, options, tollgate_server::shutdown_signal()).await;
+/// proxy::serve(limits, listener, options, tollgate_server::shutdown_signal()).await?;
 /// # Ok(()) }
 /// ```
 pub async fn serve<St: Store>(
@@ -84,19 +98,30 @@ pub async fn serve<St: Store>(
     listener: TcpListener,
     options: ProxyOptions,
     shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), TlsError> {
+    let proxy = Proxy::from_options(&options)?;
+    serve_with(proxy, limits, listener, options, shutdown).await;
+    Ok(())
+}
+
+/// [`serve`] with a [`Proxy`] already made (so a caller sees its errors before it spawns).
+pub async fn serve_with<St: Store>(
+    proxy: Proxy,
+    limits: Limits<St>,
+    listener: TcpListener,
+    options: ProxyOptions,
+    shutdown: impl Future<Output = ()> + Send,
 ) {
     let app = Router::new()
         .fallback(handler)
-        .with_state(Arc::new(Proxy::new(
-            options.upstream,
-            options.upstream_timeout,
-        )))
+        .with_state(Arc::new(proxy))
         .layer(RateLimitLayer::new(limits).axum_body());
     serve_http(
         listener,
         app,
         "proxy",
         options.header_read_timeout,
+        options.tls,
         shutdown,
     )
     .await;
@@ -105,9 +130,19 @@ pub async fn serve<St: Store>(
 /// Forwards requests to one upstream. Cheap to clone; clones share the connection pool.
 #[derive(Clone, Debug)]
 pub struct Proxy {
-    client: Client<HttpConnector, Body>,
+    client: UpstreamClient,
     upstream: Uri,
     timeout: Duration,
+    /// `X-Forwarded-Proto`: how the client reached the proxy.
+    forwarded_proto: HeaderValue,
+}
+
+/// The pooled client: plain for an `http://` upstream (no TLS layer in its way), TLS for
+/// an `https://` one.
+#[derive(Clone, Debug)]
+enum UpstreamClient {
+    Http(Client<HttpConnector, Body>),
+    Https(Client<HttpsConnector<HttpConnector>, Body>),
 }
 
 const HOP_BY_HOP_COUNT: usize = 8;
@@ -127,19 +162,47 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 impl Proxy {
-    /// A proxy to `upstream` (`http://host:port[/prefix]`) waiting at most `timeout` for
-    /// response headers.
-    pub fn new(upstream: Uri, timeout: Duration) -> Proxy {
+    /// A proxy to `upstream` (`http://` or `https://host:port[/prefix]`) waiting at most
+    /// `timeout` for response headers; an `https://` upstream is verified against the
+    /// system's roots.
+    pub fn new(upstream: Uri, timeout: Duration) -> Result<Proxy, TlsError> {
+        Proxy::from_options(&ProxyOptions {
+            upstream_timeout: timeout,
+            ..ProxyOptions::new(upstream)
+        })
+    }
+
+    /// The proxy `options` describe.
+    pub fn from_options(options: &ProxyOptions) -> Result<Proxy, TlsError> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(connector);
-        Proxy {
+        let builder = || {
+            let mut builder = Client::builder(TokioExecutor::new());
+            builder.pool_idle_timeout(Duration::from_secs(60));
+            builder
+        };
+        let client = if options.upstream.scheme_str() == Some("https") {
+            connector.enforce_http(false);
+            let tls = crate::tls::client_config(options.upstream_ca_file.as_deref())?;
+            let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config((*tls).clone())
+                .https_only()
+                .enable_http1()
+                .wrap_connector(connector);
+            UpstreamClient::Https(builder().build(connector))
+        } else {
+            UpstreamClient::Http(builder().build(connector))
+        };
+        Ok(Proxy {
             client,
-            upstream,
-            timeout,
-        }
+            upstream: options.upstream.clone(),
+            timeout: options.upstream_timeout,
+            forwarded_proto: HeaderValue::from_static(if options.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            }),
+        })
     }
 
     /// The upstream requests go to.
@@ -164,10 +227,13 @@ impl Proxy {
         }
         parts
             .headers
-            .insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+            .insert(X_FORWARDED_PROTO, self.forwarded_proto.clone());
         let request = Request::from_parts(parts, body);
-
-        match tokio::time::timeout(self.timeout, self.client.request(request)).await {
+        let sent = match &self.client {
+            UpstreamClient::Http(client) => client.request(request),
+            UpstreamClient::Https(client) => client.request(request),
+        };
+        match tokio::time::timeout(self.timeout, sent).await {
             Err(_) => {
                 tracing::warn!(upstream = %self.upstream, timeout = ?self.timeout, "upstream timed out");
                 json_error(StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
@@ -300,7 +366,8 @@ mod tests {
         let proxy = Proxy::new(
             "http://127.0.0.1:9/base/".parse().unwrap(),
             Duration::from_secs(1),
-        );
+        )
+        .unwrap();
         let uri = proxy
             .upstream_uri(&"/api/x?q=1&r=2".parse().unwrap())
             .unwrap();
@@ -308,7 +375,8 @@ mod tests {
         let bare = Proxy::new(
             "http://127.0.0.1:9".parse().unwrap(),
             Duration::from_secs(1),
-        );
+        )
+        .unwrap();
         assert_eq!(
             bare.upstream_uri(&"/".parse().unwrap()).unwrap(),
             "http://127.0.0.1:9/"

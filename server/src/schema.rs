@@ -19,6 +19,19 @@ pub fn json_schema() -> serde_json::Value {
     let mut gateway = generator.into_root_schema_for::<Settings>().to_value();
     if let Some(table) = gateway.as_object_mut() {
         table.remove("$schema");
+        // Its own definitions (`ListenerTls`) join the document's, where its references
+        // (`#/definitions/…`) look for them.
+        if let Some(serde_json::Value::Object(definitions)) = table.remove("definitions")
+            && let Some(shared) = schema
+                .as_object_mut()
+                .map(|root| {
+                    root.entry("definitions")
+                        .or_insert_with(|| serde_json::json!({}))
+                })
+                .and_then(serde_json::Value::as_object_mut)
+        {
+            shared.extend(definitions);
+        }
         table.insert(
             "description".into(),
             "The service's own settings; flags and TOLLGATE_* environment variables win over them."

@@ -20,6 +20,8 @@ use http::Uri;
 use serde::{Deserialize, Deserializer};
 use tollgate::config::{Diagnostic, Document, Extension, RuleSet};
 
+use crate::tls::ListenerTls;
+
 /// Where the proxy listens unless told otherwise.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
 /// Where the admin listener listens unless told otherwise.
@@ -76,11 +78,17 @@ pub struct Settings {
     #[serde(default, deserialize_with = "address")]
     #[schemars(with = "Option<String>")]
     pub listen: Option<SocketAddr>,
-    /// Where requests go, http://host:port[/prefix] [default: a built-in demo upstream].
+    /// Where requests go, http(s)://host:port[/prefix] [default: a built-in demo upstream].
     #[arg(long, value_name = "URL", env = "TOLLGATE_UPSTREAM", value_parser = parse_upstream)]
     #[serde(default, deserialize_with = "upstream")]
     #[schemars(with = "Option<String>")]
     pub upstream: Option<Uri>,
+    /// CA certificates (PEM) an https:// upstream's certificate must chain to [default: the
+    /// system's roots].
+    #[arg(long, value_name = "PATH", env = "TOLLGATE_UPSTREAM_CA_FILE")]
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub upstream_ca_file: Option<PathBuf>,
     /// Where the admin listener listens [default: 127.0.0.1:9090].
     #[arg(long, value_name = "ADDR", env = "TOLLGATE_ADMIN")]
     #[serde(default, deserialize_with = "address")]
@@ -133,6 +141,18 @@ pub struct Settings {
     #[serde(default, deserialize_with = "timeout")]
     #[schemars(with = "Option<String>")]
     pub header_read_timeout: Option<Duration>,
+    /// `[gateway.tls]`: TLS on the proxy and admin listeners (config file only).
+    #[arg(skip)]
+    #[serde(default)]
+    pub tls: Option<ListenerTls>,
+    /// `[gateway.resp_tls]`: TLS on the Redis-protocol listener (config file only).
+    #[arg(skip)]
+    #[serde(default)]
+    pub resp_tls: Option<ListenerTls>,
+    /// `[gateway.grpc_tls]`: TLS on the gRPC listener (config file only).
+    #[arg(skip)]
+    #[serde(default)]
+    pub grpc_tls: Option<ListenerTls>,
 }
 
 impl Settings {
@@ -157,6 +177,7 @@ impl Settings {
             },
             listen: or(&self.listen, &lower.listen),
             upstream: or(&self.upstream, &lower.upstream),
+            upstream_ca_file: or(&self.upstream_ca_file, &lower.upstream_ca_file),
             admin: or(&self.admin, &lower.admin),
             admin_token: or(&self.admin_token, &lower.admin_token),
             resp: or(&self.resp, &lower.resp),
@@ -166,6 +187,9 @@ impl Settings {
             upstream_timeout: or(&self.upstream_timeout, &lower.upstream_timeout),
             shutdown_grace: or(&self.shutdown_grace, &lower.shutdown_grace),
             header_read_timeout: or(&self.header_read_timeout, &lower.header_read_timeout),
+            tls: or(&self.tls, &lower.tls),
+            resp_tls: or(&self.resp_tls, &lower.resp_tls),
+            grpc_tls: or(&self.grpc_tls, &lower.grpc_tls),
         }
     }
 
@@ -280,12 +304,13 @@ impl Extension for GatewayTable {
     }
 }
 
-/// An upstream URL: `http://host:port` with an optional path prefix.
+/// An upstream URL: `http://` or `https://host:port` with an optional path prefix.
 ///
 /// ```
 /// use tollgate_server::parse_upstream;
 ///
 /// assert_eq!(parse_upstream("http://127.0.0.1:8000/api")?.path(), "/api");
+/// assert_eq!(parse_upstream("https://api.internal")?.scheme_str(), Some("https"));
 /// assert!(parse_upstream("ftp://example.com").is_err());
 /// # Ok::<(), String>(())
 /// ```
@@ -295,12 +320,9 @@ pub fn parse_upstream(text: &str) -> Result<Uri, String> {
         .parse()
         .map_err(|_| format!("upstream \"{text}\" is not a URL like \"http://127.0.0.1:8000\""))?;
     match (uri.scheme_str(), uri.authority()) {
-        (Some("http"), Some(_)) if uri.query().is_none() => Ok(uri),
-        (Some("https"), _) => Err(format!(
-            "upstream \"{text}\" uses https, which the gateway does not speak; terminate TLS in front of it"
-        )),
+        (Some("http" | "https"), Some(_)) if uri.query().is_none() => Ok(uri),
         _ => Err(format!(
-            "upstream \"{text}\" must look like \"http://host:port[/prefix]\""
+            "upstream \"{text}\" must look like \"http://host:port[/prefix]\" or \"https://…\""
         )),
     }
 }
@@ -407,8 +429,12 @@ mod tests {
                 "<inline>:2:10: \"everywhere\" is not an address like \"127.0.0.1:8080\"",
             ),
             (
-                "[gateway]\nupstream = \"https://example.com\"\n",
-                "<inline>:2:12: upstream \"https://example.com\" uses https",
+                "[gateway]\nupstream = \"ftp://example.com\"\n",
+                "<inline>:2:12: upstream \"ftp://example.com\" must look like",
+            ),
+            (
+                "[gateway.tls]\ncert_file = \"c.pem\"\n",
+                "<inline>:1:1: missing field `key_file`",
             ),
             (
                 "[gateway]\nupstream_timeout = \"soon\"\n",

@@ -2,14 +2,16 @@
 //! each front end, and start them all on one shared [`Limits`].
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
 use super::admin::{self, AdminOptions};
 use super::grpc::{self, GrpcOptions};
-use super::proxy::{self, ProxyOptions};
+use super::proxy::{self, Proxy, ProxyOptions};
 use super::resp::{self, RespOptions};
 use super::settings::{FileSettings, GatewayTable, Settings};
+use super::tls::{ListenerTls, TlsAcceptor, TlsError};
 use super::{Gateway, demo, metrics, signals};
 use tollgate::Limits;
 use tollgate::reload::WatchError;
@@ -37,6 +39,9 @@ pub enum GatewayError {
     /// The task loading the config ended without an answer (it panicked).
     #[error("the config loader stopped unexpectedly: {0}")]
     Loader(String),
+    /// A listener's certificate, or the upstream's CA, could not be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The demo upstream could not start.
     #[error("cannot start the demo upstream: {0}")]
     Demo(#[source] std::io::Error),
@@ -81,9 +86,14 @@ impl Gateway {
         };
         let (proxy_listener, listen) = bind(resolved.listen()).await?;
         let (admin_listener, admin) = bind(resolved.admin()).await?;
+        let resp_tls = acceptor("resp", resolved.resp_tls.clone(), &[])?;
+        let grpc_tls = acceptor("grpc", resolved.grpc_tls.clone(), &[b"h2"])?;
         let resp = match resolved.resp {
             Some(address) => {
-                let mut options = RespOptions::default();
+                let mut options = RespOptions {
+                    tls: resp_tls.clone(),
+                    ..RespOptions::default()
+                };
                 if let Some(variable) = &resolved.resp_password_env {
                     let password = std::env::var(variable)
                         .map_err(|_| GatewayError::MissingSecret(variable.clone()))?;
@@ -98,6 +108,7 @@ impl Gateway {
             Some(address) => {
                 let options = GrpcOptions {
                     response_headers: resolved.grpc_response_headers(),
+                    tls: grpc_tls.clone(),
                     ..GrpcOptions::default()
                 };
                 Some((bind(address).await?, options))
@@ -106,12 +117,17 @@ impl Gateway {
         };
         let grpc_addr = grpc.as_ref().map(|((_, address), _)| *address);
 
+        let http_tls = acceptor("proxy and admin", resolved.tls.clone(), &[b"http/1.1"])?;
         let mut proxy_options = ProxyOptions::new(upstream.clone());
         proxy_options.upstream_timeout = resolved.upstream_timeout();
         proxy_options.header_read_timeout = resolved.header_read_timeout();
+        proxy_options.upstream_ca_file = resolved.upstream_ca_file.clone();
+        proxy_options.tls = http_tls.clone();
+        let proxy = Proxy::from_options(&proxy_options)?;
         let mut admin_options = AdminOptions::new(metrics);
         admin_options.token = resolved.admin_token.clone();
         admin_options.header_read_timeout = resolved.header_read_timeout();
+        admin_options.tls = http_tls.clone();
 
         // Every front end gets the same shutdown: one send stops them all.
         let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -122,7 +138,8 @@ impl Gateway {
             }
         };
         let mut servers = vec![
-            tokio::spawn(proxy::serve(
+            tokio::spawn(proxy::serve_with(
+                proxy,
                 limits.clone(),
                 proxy_listener,
                 proxy_options,
@@ -153,6 +170,9 @@ impl Gateway {
                 }
             }));
         }
+        for tls in [&http_tls, &resp_tls, &grpc_tls].into_iter().flatten() {
+            servers.push(tokio::spawn(Arc::clone(tls).watch(shutdown())));
+        }
         tracing::info!(%listen, %admin, resp = ?resp_addr, grpc = ?grpc_addr, %upstream, demo, "gateway started");
         Ok(Gateway {
             listen,
@@ -167,6 +187,18 @@ impl Gateway {
             grace: resolved.shutdown_grace(),
         })
     }
+}
+
+/// A listener's TLS, if its table is given; its files read now (a bad pair is fatal here).
+fn acceptor(
+    listener: &'static str,
+    files: Option<ListenerTls>,
+    alpn: &[&[u8]],
+) -> Result<Option<Arc<TlsAcceptor>>, GatewayError> {
+    files
+        .map(|files| TlsAcceptor::load(listener, files, alpn))
+        .transpose()
+        .map_err(GatewayError::Tls)
 }
 
 /// A listener on `address`, and the address it is bound to (a port 0 made real).

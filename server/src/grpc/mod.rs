@@ -23,6 +23,7 @@ mod options;
 pub mod proto;
 mod service;
 mod status;
+mod tls;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,8 +41,9 @@ use tollgate::store::Store;
 /// The name Envoy's rate limit service answers health checks under.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
-/// Serves Envoy's rate limit service and `grpc.health.v1` on `listener` (HTTP/2, no TLS)
-/// until `shutdown` completes; requests in flight are finished first.
+/// Serves Envoy's rate limit service and `grpc.health.v1` on `listener` (HTTP/2; over TLS
+/// when `options.tls` is set) until `shutdown` completes; requests in flight are finished
+/// first.
 ///
 /// ```no_run
 /// use tollgate::Limits;
@@ -69,12 +71,24 @@ pub async fn serve<St: Store>(
     let options = Arc::new(options);
     let service = RateLimitServiceServer::new(service::Decider::new(limits, Arc::clone(&options)))
         .max_decoding_message_size(options.max_message_bytes.max(1));
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    Server::builder()
+    let router = Server::builder()
         .timeout(options.timeout)
         .max_concurrent_streams(options.max_concurrent_streams.max(1))
         .add_service(health_service)
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+        .add_service(service);
+    match &options.tls {
+        None => {
+            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+        Some(tls) => {
+            // A handshake has ten request timeouts (20 s by default) to finish.
+            let incoming = tls::incoming(listener, Arc::clone(tls), options.timeout * 10);
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+    }
 }

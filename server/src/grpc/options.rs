@@ -15,7 +15,7 @@ use std::time::Duration;
 /// options.response_headers = true;
 /// assert_eq!(options.max_descriptors, 64);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct GrpcOptions {
     /// Suggest rate-limit headers for Envoy to add to its response
@@ -36,6 +36,9 @@ pub struct GrpcOptions {
     pub timeout: Duration,
     /// Streams one HTTP/2 connection may have open at once.
     pub max_concurrent_streams: u32,
+    /// TLS on the listener (`[gateway.grpc_tls]`, ALPN `h2`): what Envoy connects to with
+    /// a `transport_socket`; the handshake is bounded by `timeout`'s tenfold.
+    pub tls: Option<std::sync::Arc<crate::tls::TlsAcceptor>>,
 }
 
 impl Default for GrpcOptions {
@@ -48,6 +51,7 @@ impl Default for GrpcOptions {
             max_message_bytes: 64 * 1024,
             timeout: Duration::from_secs(2),
             max_concurrent_streams: 1024,
+            tls: None,
         }
     }
 }

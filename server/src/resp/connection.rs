@@ -9,8 +9,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::commands;
 use super::protocol::{self, Parsed, Reply};
@@ -18,8 +17,10 @@ use super::state::Shared;
 use tollgate::store::Store;
 
 /// Serves one client until it quits, goes quiet, breaks the protocol or hangs up.
-pub(super) async fn serve<St: Store>(mut stream: TcpStream, shared: &Shared<St>) {
-    let _ = stream.set_nodelay(true);
+pub(super) async fn serve<St: Store, S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    shared: &Shared<St>,
+) {
     let idle = shared.options.idle_timeout;
     let mut session = shared.session();
     let mut input = BytesMut::with_capacity(16 * 1024);
@@ -92,7 +93,11 @@ pub(super) async fn serve<St: Store>(mut stream: TcpStream, shared: &Shared<St>)
 }
 
 /// Writes out what is buffered, within `limit`.
-async fn write(stream: &mut TcpStream, output: &mut BytesMut, limit: Duration) -> Result<(), ()> {
+async fn write(
+    stream: &mut (impl AsyncWrite + Unpin),
+    output: &mut BytesMut,
+    limit: Duration,
+) -> Result<(), ()> {
     if output.is_empty() {
         return Ok(());
     }

@@ -86,7 +86,17 @@ pub async fn serve<St: Store>(
         };
         let shared = Arc::clone(&shared);
         tasks.spawn(async move {
-            connection::serve(stream, &shared).await;
+            let _ = stream.set_nodelay(true);
+            match &shared.options.tls {
+                None => connection::serve(stream, &shared).await,
+                Some(tls) => {
+                    // The handshake holds the slot: a client that never finishes it is
+                    // cut at the idle timeout, and counts against the cap meanwhile.
+                    if let Ok(stream) = tls.accept(stream, shared.options.idle_timeout).await {
+                        connection::serve(stream, &shared).await;
+                    }
+                }
+            }
             drop(slot);
         });
     }

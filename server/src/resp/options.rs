@@ -19,7 +19,7 @@ pub const DEFAULT_RESP: std::net::SocketAddr =
 /// options.password = Some("from-the-environment".into());
 /// assert_eq!(options.max_connections, 1_024);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct RespOptions {
     /// Required by `AUTH` (or `HELLO … AUTH`) before anything but `AUTH`, `HELLO`, `PING`
@@ -39,6 +39,9 @@ pub struct RespOptions {
     /// Replies buffered for one connection before they are written out (a client that
     /// pipelines without reading waits for its own replies to drain).
     pub max_output_bytes: usize,
+    /// TLS on the listener (`[gateway.resp_tls]`; clients connect with `redis-cli --tls`):
+    /// the handshake is bounded by `idle_timeout` and holds a connection slot.
+    pub tls: Option<std::sync::Arc<crate::tls::TlsAcceptor>>,
 }
 
 impl Default for RespOptions {
@@ -51,6 +54,7 @@ impl Default for RespOptions {
             max_arg_bytes: 16 * 1024,
             max_command_bytes: 256 * 1024,
             max_output_bytes: 64 * 1024,
+            tls: None,
         }
     }
 }
