@@ -39,9 +39,13 @@ const TIME_LIMIT: Duration = Duration::from_secs(120);
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, address, mode, streams, requests] = args.as_slice() else {
-        eprintln!("usage: bench_grpc ADDR decide|health STREAMS REQUESTS");
-        std::process::exit(2);
+    let (address, mode, streams, requests, ca) = match args.as_slice() {
+        [_, address, mode, streams, requests] => (address, mode, streams, requests, None),
+        [_, address, mode, streams, requests, ca] => (address, mode, streams, requests, Some(ca)),
+        _ => {
+            eprintln!("usage: grpc_load ADDR decide|health STREAMS REQUESTS [CA_FILE: over TLS]");
+            std::process::exit(2);
+        }
     };
     let streams: u64 = streams.parse().expect("STREAMS is a number");
     let requests: u64 = requests.parse().expect("REQUESTS is a number");
@@ -53,11 +57,25 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let channel = Channel::from_shared(format!("http://{address}"))
-        .unwrap()
-        .connect()
-        .await
-        .expect("the gateway's gRPC listener is up");
+    let channel = match ca {
+        None => Channel::from_shared(format!("http://{address}")).unwrap(),
+        Some(ca) => {
+            let port = address.rsplit(':').next().unwrap_or_default();
+            let ca =
+                tonic::transport::Certificate::from_pem(std::fs::read(ca).expect("the CA file"));
+            Channel::from_shared(format!("https://localhost:{port}"))
+                .unwrap()
+                .tls_config(
+                    tonic::transport::ClientTlsConfig::new()
+                        .ca_certificate(ca)
+                        .domain_name("localhost"),
+                )
+                .unwrap()
+        }
+    }
+    .connect()
+    .await
+    .expect("the gateway's gRPC listener is up");
     let issued = Arc::new(AtomicU64::new(0));
     let over = Arc::new(AtomicU64::new(0));
     let started = Instant::now();

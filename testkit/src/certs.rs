@@ -77,6 +77,17 @@ impl Pki {
         )
     }
 
+    /// A certificate for `localhost` and `127.0.0.1` good for both ends of a connection, as
+    /// Redis Cluster nodes present theirs to each other on the cluster bus.
+    pub fn node(&self, file: &str) -> Pair {
+        self.issue(
+            file,
+            &["localhost", "127.0.0.1"],
+            Purpose::Both,
+            Validity::Now,
+        )
+    }
+
     /// A client certificate for `name`.
     pub fn client(&self, file: &str, name: &str) -> Pair {
         self.issue(file, &[name], Purpose::Client, Validity::Now)
@@ -93,10 +104,14 @@ impl Pki {
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        params.extended_key_usages = vec![match purpose {
-            Purpose::Server => ExtendedKeyUsagePurpose::ServerAuth,
-            Purpose::Client => ExtendedKeyUsagePurpose::ClientAuth,
-        }];
+        params.extended_key_usages = match purpose {
+            Purpose::Server => vec![ExtendedKeyUsagePurpose::ServerAuth],
+            Purpose::Client => vec![ExtendedKeyUsagePurpose::ClientAuth],
+            Purpose::Both => vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        };
         let now = time::OffsetDateTime::now_utc();
         match validity {
             Validity::Now => {
@@ -123,6 +138,7 @@ impl Pki {
 enum Purpose {
     Server,
     Client,
+    Both,
 }
 
 enum Validity {

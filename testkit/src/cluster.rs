@@ -14,7 +14,18 @@ use std::time::{Duration, Instant};
 
 pub struct RedisCluster {
     nodes: Mutex<Vec<(u16, Option<Child>)>>,
+    /// Each node's TLS port, by its plain port, for a cluster started with TLS.
+    tls_ports: Vec<(u16, u16)>,
     _dir: tempfile::TempDir,
+}
+
+/// What a cluster started with [`RedisCluster::start_tls`] serves TLS with: every node the
+/// same certificate (for `localhost` and `127.0.0.1`), its bus and replication over TLS
+/// too; plain ports stay, for the fixture's own commands.
+pub struct ClusterTls {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub ca: std::path::PathBuf,
 }
 
 fn installed() -> bool {
@@ -82,6 +93,16 @@ impl RedisCluster {
 
     /// A cluster of its own, or `None` after saying why the calling test skips.
     pub fn start(test: &str) -> Option<RedisCluster> {
+        RedisCluster::start_with(test, None)
+    }
+
+    /// A cluster of its own serving TLS too (Redis answers a TLS client's `CLUSTER SLOTS`
+    /// with the TLS ports), or `None` after saying why the calling test skips.
+    pub fn start_tls(test: &str, tls: &ClusterTls) -> Option<RedisCluster> {
+        RedisCluster::start_with(test, Some(tls))
+    }
+
+    fn start_with(test: &str, tls: Option<&ClusterTls>) -> Option<RedisCluster> {
         if !installed() {
             assert_ne!(
                 std::env::var("CI").as_deref(),
@@ -95,9 +116,22 @@ impl RedisCluster {
         }
         let dir = tempfile::tempdir().unwrap();
         let ports: Vec<u16> = (0..6).map(|_| free_cluster_port()).collect();
+        let tls_ports: Vec<(u16, u16)> = match tls {
+            Some(_) => ports
+                .iter()
+                .map(|&port| (port, free_cluster_port()))
+                .collect(),
+            None => Vec::new(),
+        };
         let nodes = ports
             .iter()
-            .map(|&port| (port, Some(spawn(dir.path(), port))))
+            .map(|&port| {
+                let tls = tls.and_then(|tls| {
+                    let (_, tls_port) = tls_ports.iter().find(|(p, _)| *p == port)?;
+                    Some((tls, *tls_port))
+                });
+                (port, Some(spawn(dir.path(), port, tls)))
+            })
             .collect::<Vec<_>>();
         let pids: Vec<String> = nodes
             .iter()
@@ -106,6 +140,7 @@ impl RedisCluster {
         watchdog(&pids, dir.path());
         let cluster = RedisCluster {
             nodes: Mutex::new(nodes),
+            tls_ports,
             _dir: dir,
         };
         for &port in &ports {
@@ -114,8 +149,9 @@ impl RedisCluster {
             });
         }
         let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let created = Command::new("redis-cli")
-            .args(["--cluster", "create"])
+        // Bounded: `--cluster create` waits for ever for nodes that cannot meet.
+        let created = Command::new("timeout")
+            .args(["60", "redis-cli", "--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
             .output()
@@ -164,6 +200,15 @@ impl RedisCluster {
         self.ports()
             .iter()
             .map(|port| format!("redis://127.0.0.1:{port}"))
+            .collect()
+    }
+
+    /// Seed-node URLs over TLS (`rediss://localhost:PORT`), for a cluster started with TLS.
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.ports()
+            .iter()
+            .filter_map(|port| self.tls_ports.iter().find(|(p, _)| p == port))
+            .map(|(_, tls)| format!("rediss://localhost:{tls}"))
             .collect()
     }
 
@@ -255,10 +300,23 @@ impl Drop for RedisCluster {
     }
 }
 
-fn spawn(dir: &Path, port: u16) -> Child {
+fn spawn(dir: &Path, port: u16, tls: Option<(&ClusterTls, u16)>) -> Child {
     let node_dir = dir.join(port.to_string());
     std::fs::create_dir_all(&node_dir).unwrap();
-    Command::new("redis-server")
+    let mut command = Command::new("redis-server");
+    if let Some((tls, tls_port)) = tls {
+        command
+            .args(["--tls-port", &tls_port.to_string()])
+            .args(["--tls-cluster", "yes", "--tls-replication", "yes"])
+            .args(["--tls-auth-clients", "no"])
+            .arg("--tls-cert-file")
+            .arg(&tls.cert)
+            .arg("--tls-key-file")
+            .arg(&tls.key)
+            .arg("--tls-ca-cert-file")
+            .arg(&tls.ca);
+    }
+    command
         .args(["--port", &port.to_string()])
         .args(["--bind", "127.0.0.1"])
         .args(["--cluster-enabled", "yes"])

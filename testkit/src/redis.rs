@@ -24,6 +24,8 @@ pub struct RedisOptions {
     pub args: Vec<String>,
     /// Authenticate the fixture's own commands as this user and password.
     pub auth: Option<(String, String)>,
+    /// The TLS port to use (default: a free one).
+    pub tls_port: Option<u16>,
 }
 
 /// A TLS port's certificate, key and the CA client certificates must come from.
@@ -67,7 +69,10 @@ impl RedisServer {
             return None;
         };
         let port = free_port();
-        let tls_port = options.tls.as_ref().map(|_| free_port());
+        let tls_port = options
+            .tls
+            .as_ref()
+            .map(|_| options.tls_port.unwrap_or_else(free_port));
         let mut server = RedisServer {
             child: None,
             port,
@@ -124,6 +129,11 @@ impl RedisServer {
     /// The plain port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS port, if the server has one.
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
     }
 
     /// The TLS port's URL (`rediss://localhost:PORT`), if the server has one.

@@ -19,40 +19,87 @@ pub struct SentinelSetup {
     pub replica: RedisServer,
     sentinel: Option<Child>,
     sentinel_port: u16,
+    /// With [`start_tls`](Self::start_tls): the sentinel's TLS port.
+    sentinel_tls_port: Option<u16>,
     _dir: tempfile::TempDir,
+}
+
+/// The certificate every process of a TLS setup serves, and its CA.
+pub struct SentinelTls<'a> {
+    pub pki: &'a crate::certs::Pki,
+    pub server: crate::certs::Pair,
 }
 
 impl SentinelSetup {
     /// Starts the three and waits until the sentinel knows the replica, or returns `None`
     /// after saying why the test skips.
     pub fn start(test: &str) -> Option<SentinelSetup> {
-        let master = RedisServer::start(test)?;
+        SentinelSetup::start_with(test, None)
+    }
+
+    /// The same over TLS: the master and the replica serve TLS ports too, the replica is
+    /// announced at its TLS port, and the sentinel speaks TLS to them and on a TLS port of
+    /// its own — what a client reaches with `rediss://`. (Plain ports stay, for the
+    /// fixture's own commands and the replication link.)
+    pub fn start_tls(test: &str, tls: &SentinelTls<'_>) -> Option<SentinelSetup> {
+        SentinelSetup::start_with(test, Some(tls))
+    }
+
+    fn start_with(test: &str, tls: Option<&SentinelTls<'_>>) -> Option<SentinelSetup> {
+        let tls_options = tls.map(|tls| crate::redis::RedisTlsOptions {
+            cert: tls.server.cert.clone(),
+            key: tls.server.key.clone(),
+            ca: tls.pki.ca.clone(),
+            client_certs: false,
+        });
+        let master = RedisServer::start_with(
+            test,
+            RedisOptions {
+                tls: tls_options.clone(),
+                ..RedisOptions::default()
+            },
+        )?;
+        let mut replica_args = vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            master.port().to_string(),
+        ];
+        let replica_tls_port = tls.map(|_| free_port());
+        if let Some(port) = replica_tls_port {
+            replica_args.extend(["--replica-announce-port".into(), port.to_string()]);
+        }
         let replica = RedisServer::start_with(
             test,
             RedisOptions {
-                args: vec![
-                    "--replicaof".into(),
-                    "127.0.0.1".into(),
-                    master.port().to_string(),
-                ],
+                tls: tls_options.clone(),
+                tls_port: replica_tls_port,
+                args: replica_args,
                 ..RedisOptions::default()
             },
         )?;
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("sentinel.conf");
         let sentinel_port = free_port();
-        std::fs::write(
-            &config,
-            format!(
-                "port {sentinel_port}\nbind 127.0.0.1\ndaemonize no\n\
-                 sentinel monitor {MASTER_NAME} 127.0.0.1 {} 1\n\
-                 sentinel down-after-milliseconds {MASTER_NAME} 500\n\
-                 sentinel failover-timeout {MASTER_NAME} 2000\n\
-                 sentinel parallel-syncs {MASTER_NAME} 1\n",
-                master.port()
-            ),
-        )
-        .unwrap();
+        let sentinel_tls_port = tls.map(|_| free_port());
+        // Over TLS the sentinel watches the master at its TLS port, and says so to clients.
+        let watched = master.tls_port().unwrap_or(master.port());
+        let mut text = format!(
+            "port {sentinel_port}\nbind 127.0.0.1\ndaemonize no\n\
+             sentinel monitor {MASTER_NAME} 127.0.0.1 {watched} 1\n\
+             sentinel down-after-milliseconds {MASTER_NAME} 500\n\
+             sentinel failover-timeout {MASTER_NAME} 2000\n\
+             sentinel parallel-syncs {MASTER_NAME} 1\n"
+        );
+        if let (Some(tls), Some(port)) = (tls, sentinel_tls_port) {
+            text.push_str(&format!(
+                "tls-port {port}\ntls-replication yes\ntls-auth-clients no\n\
+                 tls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n",
+                tls.server.cert.display(),
+                tls.server.key.display(),
+                tls.pki.ca.display()
+            ));
+        }
+        std::fs::write(&config, text).unwrap();
         let binary = binary()?;
         let sentinel = Command::new(binary)
             .arg(&config)
@@ -66,6 +113,7 @@ impl SentinelSetup {
             replica,
             sentinel: Some(sentinel),
             sentinel_port,
+            sentinel_tls_port,
             _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -91,6 +139,12 @@ impl SentinelSetup {
         format!("redis://127.0.0.1:{}", self.sentinel_port)
     }
 
+    /// The sentinel's TLS URL (`rediss://localhost:PORT`), with [`start_tls`](Self::start_tls).
+    pub fn sentinel_tls_url(&self) -> Option<String> {
+        self.sentinel_tls_port
+            .map(|port| format!("rediss://localhost:{port}"))
+    }
+
     /// The port the sentinel names as the master's now.
     pub fn master_port(&self) -> Option<u16> {
         let reply = self.ask(&format!("SENTINEL get-master-addr-by-name {MASTER_NAME}"))?;
@@ -100,6 +154,11 @@ impl SentinelSetup {
     /// Kills the master (SIGKILL, by PID), as a crash would.
     pub fn kill_master(&mut self) {
         self.master.kill();
+    }
+
+    /// The port a client is told to reach the replica at (its TLS port, over TLS).
+    pub fn replica_port(&self) -> u16 {
+        self.replica.tls_port().unwrap_or(self.replica.port())
     }
 
     fn replica_linked(&self) -> bool {

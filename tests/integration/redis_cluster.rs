@@ -385,3 +385,57 @@ async fn hybrid_leases_on_every_master_are_given_back_exactly() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_two_instances_share_one_budget_across_every_master() {
+    let pki = crate::support::certs::Pki::new("cluster");
+    let server = pki.node("node");
+    let tls = crate::support::cluster::ClusterTls {
+        cert: server.cert.clone(),
+        key: server.key.clone(),
+        ca: pki.ca.clone(),
+    };
+    let Some(cluster) = RedisCluster::start_tls("over_tls_two_instances_share_one_budget", &tls)
+    else {
+        return;
+    };
+    let urls = format!(
+        "[{}]",
+        cluster
+            .tls_urls()
+            .iter()
+            .map(|u| format!("\"{u}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let config = format!(
+        "{}[store.tls]\nca_file = \"{}\"\n[limits]\n\"/\" = \"3/h\"\n",
+        store_table(
+            &urls,
+            "tls",
+            "on_backend_error = \"deny\"\ntimeout = \"1s\""
+        ),
+        pki.ca.display()
+    );
+    let (a, b) = (instance(&config), instance(&config));
+    // Clients spread over the three masters, each with one budget of 3 shared by A and B.
+    for client in ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"] {
+        let key = format!("x/{client}");
+        let mut admitted = 0;
+        for limits in [&a, &b, &a, &b] {
+            if limits.check(&key, 1).await.unwrap().allowed() {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 3, "{client}: one budget of 3, shared over TLS");
+    }
+    let holding: Vec<u16> = cluster
+        .masters()
+        .into_iter()
+        .filter(|&port| !cluster.keys_on(port, "tls:*").is_empty())
+        .collect();
+    assert!(
+        holding.len() >= 2,
+        "buckets on several masters: {holding:?}"
+    );
+}

@@ -10,27 +10,51 @@ use http::StatusCode;
 use tollgate::store::BackendStore;
 use tollgate::{Limits, RateLimitLayer};
 
-use crate::support::sentinel::{MASTER_NAME, SentinelSetup};
+use crate::support::certs::Pki;
+use crate::support::sentinel::{MASTER_NAME, SentinelSetup, SentinelTls};
 use crate::support::{get as send, serve};
 
-fn instance(setup: &SentinelSetup) -> Limits<BackendStore> {
+fn instance(sentinel: &str, tls: &str) -> Limits<BackendStore> {
     Limits::builder()
         .store(BackendStore::new())
         .from_toml(&format!(
-            "[store]\nbackend = \"redis-sentinel\"\nsentinels = [\"{}\"]\nmaster_name = \"{MASTER_NAME}\"\n\
-             key_prefix = \"sentinel:\"\n[client]\nsources = [\"header:x-client\"]\n\
-             [limits]\n\"/\" = \"1000/h\"\n",
-            setup.sentinel_url()
+            "[store]\nbackend = \"redis-sentinel\"\nsentinels = [\"{sentinel}\"]\nmaster_name = \"{MASTER_NAME}\"\n\
+             key_prefix = \"sentinel:\"\n{tls}[client]\nsources = [\"header:x-client\"]\n\
+             [limits]\n\"/\" = \"1000/h\"\n"
         ))
         .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_gives_no_5xx_and_shared_decisions_resume_within_8s_of_the_promotion() {
-    let Some(mut setup) = SentinelSetup::start("a_failover_gives_no_5xx") else {
+    let Some(setup) = SentinelSetup::start("a_failover_gives_no_5xx") else {
         return;
     };
-    let (a, b) = (instance(&setup), instance(&setup));
+    let url = setup.sentinel_url();
+    failover_under_traffic(setup, &url, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_sentinels_and_the_masters_are_reached_with_rediss_and_a_failover_is_followed()
+{
+    let pki = Pki::new("sentinel");
+    let tls = SentinelTls {
+        pki: &pki,
+        server: pki.server("redis"),
+    };
+    let Some(setup) = SentinelSetup::start_tls("over_tls_the_sentinels", &tls) else {
+        return;
+    };
+    let url = setup.sentinel_tls_url().unwrap();
+    let table = format!("[store.tls]\nca_file = \"{}\"\n", pki.ca.display());
+    failover_under_traffic(setup, &url, &table).await;
+}
+
+/// Two instances on `sentinel` (with `tls` as their `[store.tls]`): shared decisions, then
+/// the master killed under traffic: every request answered, and decisions shared again
+/// within 8 s of the promotion.
+async fn failover_under_traffic(mut setup: SentinelSetup, sentinel: &str, tls: &str) {
+    let (a, b) = (instance(sentinel, tls), instance(sentinel, tls));
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(RateLimitLayer::new(a.clone()));
@@ -83,5 +107,5 @@ async fn a_failover_gives_no_5xx_and_shared_decisions_resume_within_8s_of_the_pr
         "shared decisions resumed {:?} after the promotion",
         resumed - promoted
     );
-    assert_eq!(setup.master_port(), Some(setup.replica.port()));
+    assert_eq!(setup.master_port(), Some(setup.replica_port()));
 }
