@@ -3,6 +3,8 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /` | the introspection page (self-contained HTML, no CDN) |
+//! | `GET /livez` | 200 while the process serves: `{"status":"alive","generation":N}` |
+//! | `GET /readyz` | 200 when decisions are made as configured (`ready`) or by a fallback (`degraded`), else 503 (`not_ready`, `draining`); JSON with `status`, `reason`, `generation` (see [`readiness`](crate::readiness)) |
 //! | `GET /healthz` | `ok` |
 //! | `GET /schema.json` | the config file's JSON Schema (what `gateway --print-schema` prints) |
 //! | `GET /openapi.json` | this API described in OpenAPI 3.1 |
@@ -13,8 +15,8 @@
 //! | `GET /traffic?rules=&top=` | per-rule traffic over the last 15 minutes in 5 s slots (admitted, refused, shadow-refused, delayed), rules with the most refusals first (at most `rules`, default 50), each with its `top` most refused clients (default 10) |
 //! | `GET /metrics` | Prometheus text |
 //!
-//! With an `admin_token`, every route but `/healthz`, `/schema.json`, `/openapi.json` and the
-//! page itself needs
+//! With an `admin_token`, every route but the probes (`/livez`, `/readyz`, `/healthz`),
+//! `/schema.json`, `/openapi.json` and the page itself needs
 //! `Authorization: Bearer <token>` (the page asks for the token and sends it).
 //! Times are UNIX seconds.
 
@@ -45,6 +47,7 @@ use tollgate::{Concurrency, Limits, Quota};
 
 use super::admin_page;
 use super::credentials::constant_time_eq;
+use super::readiness::Readiness;
 use super::server::{json_error, serve_http};
 use super::settings::DEFAULT_HEADER_READ_TIMEOUT;
 
@@ -73,11 +76,38 @@ impl<St> Clone for AdminState<St> {
     }
 }
 
-/// The admin router over `limits`; `token` guards everything but `/healthz` and the page.
+/// The probes alone: `/livez`, `/readyz` and `/healthz`, never behind the token.
+pub fn probes(readiness: Arc<Readiness>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/livez",
+            get(|State(readiness): State<Arc<Readiness>>| async move {
+                Json(json!({ "status": "alive", "generation": readiness.generation() }))
+            }),
+        )
+        .route(
+            "/readyz",
+            get(|State(readiness): State<Arc<Readiness>>| async move {
+                let report = readiness.check().await;
+                let status = if report.status.serving() {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                (status, Json(report))
+            }),
+        )
+        .with_state(readiness)
+}
+
+/// The admin router over `limits`; `token` guards everything but the probes, the schemas
+/// and the page.
 pub fn router(
     limits: Limits<BackendStore>,
     metrics: PrometheusHandle,
     token: Option<String>,
+    readiness: Arc<Readiness>,
 ) -> Router {
     let state = AdminState {
         limits,
@@ -94,7 +124,6 @@ pub fn router(
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(page))
-        .route("/healthz", get(|| async { "ok\n" }))
         .route("/schema.json", get(|| async { Json(crate::json_schema()) }))
         .route(
             "/openapi.json",
@@ -102,6 +131,7 @@ pub fn router(
         )
         .merge(guarded)
         .with_state(state)
+        .merge(probes(readiness))
 }
 
 /// What the admin front end needs besides the limits.
@@ -117,6 +147,8 @@ pub struct AdminOptions {
     pub header_read_timeout: Duration,
     /// TLS on the listener (`[gateway.tls]`); `None`: plain HTTP.
     pub tls: Option<std::sync::Arc<crate::tls::TlsAcceptor>>,
+    /// What `/livez` and `/readyz` report; `None`: made here, ready from the start.
+    pub readiness: Option<Arc<Readiness>>,
 }
 
 impl AdminOptions {
@@ -127,6 +159,7 @@ impl AdminOptions {
             token: None,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             tls: None,
+            readiness: None,
         }
     }
 }
@@ -154,7 +187,12 @@ pub async fn serve(
     options: AdminOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) {
-    let app = router(limits, options.metrics, options.token);
+    let readiness = options.readiness.unwrap_or_else(|| {
+        let readiness = Arc::new(Readiness::new());
+        readiness.loaded(limits.clone());
+        readiness
+    });
+    let app = router(limits, options.metrics, options.token, readiness);
     serve_http(
         listener,
         app,

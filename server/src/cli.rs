@@ -7,6 +7,7 @@
 //! tollgate --upstream http://127.0.0.1:8000 --listen 0.0.0.0:8080
 //! TOLLGATE_LISTEN=0.0.0.0:8080 tollgate      # every flag also reads TOLLGATE_<FLAG>
 //! tollgate --check                           # validate the config and print the rules
+//! tollgate --print-config                    # every setting in force, and where from
 //! tollgate --print-schema > tollgate.schema.json
 //! ```
 //!
@@ -15,14 +16,14 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory as _, FromArgMatches as _};
 use tollgate::Limits;
 
-use crate::{Gateway, GatewayTable, Settings, describe_rules, shutdown_signal};
+use crate::{FileSettings, Gateway, GatewayTable, Settings, describe_rules, shutdown_signal};
 
 /// tollgate's rate-limit service: a rate-limiting reverse proxy with an admin listener,
 /// and optionally the Redis protocol and Envoy's rate limit service.
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Parser)]
 #[command(name = "tollgate", version)]
 struct Flags {
     #[command(flatten)]
@@ -34,11 +35,24 @@ struct Flags {
     /// on a config's first line) and exit.
     #[arg(long)]
     print_schema: bool,
+    /// Print each setting's value in force and where it came from (flag, env, file,
+    /// default), secrets redacted, and exit.
+    #[arg(long)]
+    print_config: bool,
 }
 
 /// Runs the service as the command line asks; what `main` returns.
 pub fn main() -> ExitCode {
-    let flags = Flags::parse();
+    let command = Flags::command();
+    if let Err(message) = environment::check(&command) {
+        eprintln!("tollgate: {message}");
+        return ExitCode::from(2);
+    }
+    let matches = command.get_matches();
+    let flags = match Flags::from_arg_matches(&matches) {
+        Ok(flags) => flags,
+        Err(error) => error.exit(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -58,6 +72,9 @@ pub fn main() -> ExitCode {
     }
     if flags.check {
         return check(&flags.settings);
+    }
+    if flags.print_config {
+        return print_config(&flags.settings, &matches);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -94,6 +111,60 @@ fn check(settings: &Settings) -> ExitCode {
     }
 }
 
+/// `--print-config`: every setting in force, and which place gave it.
+fn print_config(settings: &Settings, matches: &clap::ArgMatches) -> ExitCode {
+    let sources = settings.config_sources();
+    let loaded = Limits::builder()
+        .extension(GatewayTable::new(settings.clone()))
+        .load(&sources);
+    let limits = match loaded {
+        Ok(limits) => limits,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let rules = limits.rules();
+    let file = rules
+        .extension::<FileSettings>()
+        .map(|file| file.0.clone())
+        .unwrap_or_default();
+    let resolved = settings.over(&file);
+    let given_by_file: std::collections::BTreeMap<&str, bool> = file
+        .rows()
+        .into_iter()
+        .map(|(name, _, given)| (name, given))
+        .collect();
+    let flags: Vec<String> = Flags::command()
+        .get_arguments()
+        .map(|arg| arg.get_id().to_string())
+        .collect();
+    let mut out = String::new();
+    for (name, value, _) in resolved.rows() {
+        let given = flags
+            .iter()
+            .any(|flag| flag == name)
+            .then(|| matches.value_source(name))
+            .flatten();
+        let source = match given {
+            Some(clap::parser::ValueSource::CommandLine) => "flag".to_owned(),
+            Some(clap::parser::ValueSource::EnvVariable) => {
+                format!("env {}", environment::variable(name))
+            }
+            _ if given_by_file.get(name) == Some(&true) => "file".to_owned(),
+            _ => "default".to_owned(),
+        };
+        out.push_str(&format!("{name} = {value}  # {source}\n"));
+    }
+    match write!(std::io::stdout().lock(), "{out}") {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("tollgate: cannot write the settings: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn serve(settings: Settings) -> ExitCode {
     let gateway = match Gateway::start(settings).await {
         Ok(gateway) => gateway,
@@ -125,4 +196,67 @@ async fn serve(settings: Settings) -> ExitCode {
     }
     gateway.run_until(shutdown_signal()).await;
     ExitCode::SUCCESS
+}
+
+/// The environment's part of the settings: `TOLLGATE_<FLAG>` variables checked before
+/// anything starts.
+mod environment {
+    /// The variable that gives the setting `name` (`upstream_timeout` →
+    /// `TOLLGATE_UPSTREAM_TIMEOUT`).
+    pub(super) fn variable(name: &str) -> String {
+        format!("TOLLGATE_{}", name.to_ascii_uppercase())
+    }
+
+    /// Refuses the environment when a `TOLLGATE_*` variable looks like a misspelt setting,
+    /// or a setting's variable holds a value its flag would not take; says which variable.
+    pub(super) fn check(command: &clap::Command) -> Result<(), String> {
+        let known: Vec<String> = command
+            .get_arguments()
+            .filter_map(|arg| arg.get_env())
+            .map(|env| env.to_string_lossy().into_owned())
+            .collect();
+        for (name, _) in std::env::vars_os() {
+            let Some(name) = name.to_str() else { continue };
+            if !name.starts_with("TOLLGATE_") || known.iter().any(|k| k == name) {
+                continue;
+            }
+            if let Some(near) = known
+                .iter()
+                .find(|known| strsim::levenshtein(known, name) <= 2)
+            {
+                return Err(format!(
+                    "the environment variable {name} is not a setting; did you mean {near}?"
+                ));
+            }
+        }
+        // What the environment alone gives, parsed as the flags would be.
+        if let Err(error) = command.clone().try_get_matches_from(["tollgate"]) {
+            let argument = error
+                .get(clap::error::ContextKind::InvalidArg)
+                .map(|arg| arg.to_string());
+            let culprit = command.get_arguments().find(|arg| {
+                let flag = argument
+                    .as_deref()
+                    .and_then(|text| text.split_whitespace().next());
+                arg.get_long()
+                    .is_some_and(|long| flag == Some(format!("--{long}").as_str()))
+            });
+            if let Some(env) = culprit.and_then(|arg| arg.get_env()) {
+                let value = std::env::var(env).unwrap_or_default();
+                let reason = error
+                    .render()
+                    .to_string()
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim_start_matches("error: ")
+                    .to_owned();
+                return Err(format!(
+                    "the environment variable {} has a bad value \"{value}\": {reason}",
+                    env.to_string_lossy()
+                ));
+            }
+        }
+        Ok(())
+    }
 }

@@ -36,6 +36,7 @@ pub mod demo;
 pub mod grpc;
 pub mod metrics;
 pub mod proxy;
+pub mod readiness;
 pub mod resp;
 mod rule_table;
 mod schema;
@@ -77,8 +78,13 @@ pub struct Gateway {
     upstream: Uri,
     demo: bool,
     limits: Limits<BackendStore>,
+    readiness: std::sync::Arc<readiness::Readiness>,
+    /// Stops the front ends that take requests (proxy, RESP, gRPC) and the background tasks.
     stop: tokio::sync::watch::Sender<bool>,
     servers: Vec<JoinHandle<()>>,
+    /// Stops the admin listener: last, so the probes say "draining" throughout the drain.
+    stop_admin: tokio::sync::watch::Sender<bool>,
+    admin_server: JoinHandle<()>,
     grace: Duration,
 }
 
@@ -118,6 +124,11 @@ impl Gateway {
         &self.limits
     }
 
+    /// What its probes report.
+    pub fn readiness(&self) -> &readiness::Readiness {
+        &self.readiness
+    }
+
     /// Serves until `signal` completes, then shuts down gracefully.
     pub async fn run_until(self, signal: impl Future<Output = ()>) {
         signal.await;
@@ -125,9 +136,11 @@ impl Gateway {
     }
 
     /// Stops accepting connections and waits (at most the shutdown grace) for requests in
-    /// flight to finish; whatever is still running then is cut off.
+    /// flight to finish; whatever is still running then is cut off. From the first moment
+    /// `/readyz` answers 503 `draining`; the admin listener stops last.
     pub async fn shutdown(self) {
         tracing::info!(grace = ?self.grace, "gateway shutting down");
+        self.readiness.draining();
         let _ = self.stop.send(true);
         let servers = self.servers;
         let aborts: Vec<_> = servers.iter().map(JoinHandle::abort_handle).collect();
@@ -140,6 +153,14 @@ impl Gateway {
         if drained.is_err() {
             tracing::warn!("requests still in flight after the shutdown grace; cutting them off");
             aborts.iter().for_each(tokio::task::AbortHandle::abort);
+        }
+        let _ = self.stop_admin.send(true);
+        let admin = self.admin_server.abort_handle();
+        if tokio::time::timeout(self.grace, self.admin_server)
+            .await
+            .is_err()
+        {
+            admin.abort();
         }
         // Last, so the snapshot holds what the drained requests spent.
         match self.limits.save_snapshot() {

@@ -232,6 +232,97 @@ impl Settings {
     pub fn grpc_response_headers(&self) -> bool {
         self.grpc_response_headers.unwrap_or(false)
     }
+
+    /// Each setting as `--print-config` shows it: its name (the flag's, `_` for `-`), the
+    /// value in force (defaults applied, secrets as `<redacted>`), and whether this place
+    /// gives it (`false`: left to the next place).
+    pub fn rows(&self) -> Vec<(&'static str, String, bool)> {
+        let text = |value: &dyn std::fmt::Display| format!("\"{value}\"");
+        let path = |path: &Option<PathBuf>| {
+            path.as_ref()
+                .map_or("none".to_owned(), |p| text(&p.display()))
+        };
+        let tls = |tls: &Option<ListenerTls>| {
+            tls.as_ref().map_or("none".to_owned(), |tls| {
+                format!(
+                    "{{ cert_file = {}, key_file = {}, client_ca_file = {} }}",
+                    text(&tls.cert_file.display()),
+                    text(&tls.key_file.display()),
+                    path(&tls.client_ca_file)
+                )
+            })
+        };
+        let duration = |d: Duration| match d.as_millis() {
+            ms if ms % 1000 == 0 => text(&format!("{}s", ms / 1000)),
+            ms => text(&format!("{ms}ms")),
+        };
+        let optional_address = |a: &Option<SocketAddr>| a.map_or("off".to_owned(), |a| text(&a));
+        let sources: Vec<String> = self
+            .config_sources()
+            .iter()
+            .map(|p| text(&p.display()))
+            .collect();
+        vec![
+            (
+                "config",
+                format!("[{}]", sources.join(", ")),
+                !self.config.is_empty(),
+            ),
+            ("listen", text(&self.listen()), self.listen.is_some()),
+            (
+                "upstream",
+                self.upstream
+                    .as_ref()
+                    .map_or("\"built-in demo\"".to_owned(), |u| text(u)),
+                self.upstream.is_some(),
+            ),
+            (
+                "upstream_ca_file",
+                path(&self.upstream_ca_file),
+                self.upstream_ca_file.is_some(),
+            ),
+            ("admin", text(&self.admin()), self.admin.is_some()),
+            (
+                "admin_token",
+                self.admin_token
+                    .as_ref()
+                    .map_or("none".to_owned(), |_| "\"<redacted>\"".to_owned()),
+                self.admin_token.is_some(),
+            ),
+            ("resp", optional_address(&self.resp), self.resp.is_some()),
+            (
+                "resp_password_env",
+                self.resp_password_env
+                    .as_ref()
+                    .map_or("none".to_owned(), |v| text(v)),
+                self.resp_password_env.is_some(),
+            ),
+            ("grpc", optional_address(&self.grpc), self.grpc.is_some()),
+            (
+                "grpc_response_headers",
+                self.grpc_response_headers().to_string(),
+                self.grpc_response_headers.is_some(),
+            ),
+            (
+                "upstream_timeout",
+                duration(self.upstream_timeout()),
+                self.upstream_timeout.is_some(),
+            ),
+            (
+                "shutdown_grace",
+                duration(self.shutdown_grace()),
+                self.shutdown_grace.is_some(),
+            ),
+            (
+                "header_read_timeout",
+                duration(self.header_read_timeout()),
+                self.header_read_timeout.is_some(),
+            ),
+            ("tls", tls(&self.tls), self.tls.is_some()),
+            ("resp_tls", tls(&self.resp_tls), self.resp_tls.is_some()),
+            ("grpc_tls", tls(&self.grpc_tls), self.grpc_tls.is_some()),
+        ]
+    }
 }
 
 /// The `[gateway]` table, read from every config file on every load and reload, and the

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use super::admin::{self, AdminOptions};
 use super::grpc::{self, GrpcOptions};
 use super::proxy::{self, Proxy, ProxyOptions};
+use super::readiness::Readiness;
 use super::resp::{self, RespOptions};
 use super::settings::{FileSettings, GatewayTable, Settings};
 use super::tls::{ListenerTls, TlsAcceptor, TlsError};
@@ -68,6 +69,8 @@ impl Gateway {
         })
         .await
         .map_err(|error| GatewayError::Loader(error.to_string()))??;
+        let readiness = Arc::new(Readiness::new());
+        readiness.loaded(limits.clone());
         let file = limits
             .rules()
             .extension::<FileSettings>()
@@ -109,6 +112,7 @@ impl Gateway {
                 let options = GrpcOptions {
                     response_headers: resolved.grpc_response_headers(),
                     tls: grpc_tls.clone(),
+                    readiness: Some(Arc::clone(&readiness)),
                     ..GrpcOptions::default()
                 };
                 Some((bind(address).await?, options))
@@ -128,8 +132,11 @@ impl Gateway {
         admin_options.token = resolved.admin_token.clone();
         admin_options.header_read_timeout = resolved.header_read_timeout();
         admin_options.tls = http_tls.clone();
+        admin_options.readiness = Some(Arc::clone(&readiness));
 
-        // Every front end gets the same shutdown: one send stops them all.
+        // Every front end gets the same shutdown: one send stops them all. The admin
+        // listener has its own, sent once they have drained, so the probes answer
+        // "draining" meanwhile.
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let shutdown = || {
             let mut stopped = stopped.clone();
@@ -137,18 +144,22 @@ impl Gateway {
                 let _ = stopped.wait_for(|stop| *stop).await;
             }
         };
+        let (stop_admin, admin_stopped) = tokio::sync::watch::channel(false);
+        let admin_server = tokio::spawn(admin::serve(
+            limits.clone(),
+            admin_listener,
+            admin_options,
+            async move {
+                let mut stopped = admin_stopped;
+                let _ = stopped.wait_for(|stop| *stop).await;
+            },
+        ));
         let mut servers = vec![
             tokio::spawn(proxy::serve_with(
                 proxy,
                 limits.clone(),
                 proxy_listener,
                 proxy_options,
-                shutdown(),
-            )),
-            tokio::spawn(admin::serve(
-                limits.clone(),
-                admin_listener,
-                admin_options,
                 shutdown(),
             )),
             tokio::spawn(signals::reload_on_sighup(limits.clone(), shutdown())),
@@ -182,8 +193,11 @@ impl Gateway {
             upstream,
             demo,
             limits,
+            readiness,
             stop,
             servers,
+            stop_admin,
+            admin_server,
             grace: resolved.shutdown_grace(),
         })
     }

@@ -44,12 +44,21 @@ pub struct BackendStore {
     chosen: OnceLock<Backend>,
     #[cfg(feature = "redis")]
     redis: OnceLock<RedisStore>,
+    /// Why the Redis backend the config names could not be made, if it could not.
+    unusable: OnceLock<String>,
 }
 
 impl BackendStore {
     /// A store that becomes what the first rule set's `[store] backend` names.
     pub fn new() -> BackendStore {
         BackendStore::default()
+    }
+
+    /// Why the Redis backend the config names could not be made (a malformed URL, an
+    /// unreadable certificate file): buckets then stay in memory, and a service should not
+    /// call itself ready. `None` when the backend is what the config says.
+    pub fn unusable(&self) -> Option<&str> {
+        self.unusable.get().map(String::as_str)
     }
 
     /// The in-memory buckets (the backend, or unused when Redis is).
@@ -144,6 +153,7 @@ impl Store for BackendStore {
                     }
                     Err(error) => {
                         tracing::error!(%error, "Redis backend unusable; buckets stay in memory");
+                        let _ = self.unusable.set(error.to_string());
                     }
                 }
             }

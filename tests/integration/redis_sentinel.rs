@@ -19,7 +19,7 @@ fn instance(sentinel: &str, tls: &str) -> Limits<BackendStore> {
         .store(BackendStore::new())
         .from_toml(&format!(
             "[store]\nbackend = \"redis-sentinel\"\nsentinels = [\"{sentinel}\"]\nmaster_name = \"{MASTER_NAME}\"\n\
-             key_prefix = \"sentinel:\"\n{tls}[client]\nsources = [\"header:x-client\"]\n\
+             key_prefix = \"sentinel:\"\ntimeout = \"500ms\"\n{tls}[client]\nsources = [\"header:x-client\"]\n\
              [limits]\n\"/\" = \"1000/h\"\n"
         ))
         .unwrap()
@@ -60,7 +60,18 @@ async fn failover_under_traffic(mut setup: SentinelSetup, sentinel: &str, tls: &
         .layer(RateLimitLayer::new(a.clone()));
     let address = serve(app).await;
 
-    // Before: shared through the master the sentinel names.
+    // Connected first (the sentinel asked, TLS set up), so the first decision is not cut
+    // by the timeout on a busy machine; then shared through the master the sentinel names.
+    for limits in [&a, &b] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while limits.store().redis().unwrap().ping().await.is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the master answers through the sentinel"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     let first = send(address, "/", &[("x-client", "steady")]).await;
     assert_eq!(first.status, StatusCode::OK);
     assert_eq!(b.peek("steady").await.unwrap().remaining(), 999);

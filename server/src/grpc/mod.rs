@@ -68,6 +68,10 @@ pub async fn serve<St: Store>(
     health
         .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::Serving)
         .await;
+    if let Some(readiness) = options.readiness.clone() {
+        let health = health.clone();
+        tokio::spawn(follow(readiness, health));
+    }
     let options = Arc::new(options);
     let service = RateLimitServiceServer::new(service::Decider::new(limits, Arc::clone(&options)))
         .max_decoding_message_size(options.max_message_bytes.max(1));
@@ -89,6 +93,33 @@ pub async fn serve<St: Store>(
             router
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await
+        }
+    }
+}
+
+/// Keeps the health status of the rate limit service (and the server's) in step with
+/// `readiness`, checked every second, until the server is gone.
+async fn follow(
+    readiness: Arc<crate::readiness::Readiness>,
+    health: tonic_health::server::HealthReporter,
+) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    let mut last = None;
+    loop {
+        tick.tick().await;
+        let serving = readiness.check().await.status.serving();
+        if last != Some(serving) {
+            let status = if serving {
+                tonic_health::ServingStatus::Serving
+            } else {
+                tonic_health::ServingStatus::NotServing
+            };
+            health.set_service_status(SERVICE_NAME, status).await;
+            health.set_service_status("", status).await;
+            last = Some(serving);
+        }
+        if Arc::strong_count(&readiness) == 1 {
+            return;
         }
     }
 }

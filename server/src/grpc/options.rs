@@ -39,6 +39,10 @@ pub struct GrpcOptions {
     /// TLS on the listener (`[gateway.grpc_tls]`, ALPN `h2`): what Envoy connects to with
     /// a `transport_socket`; the handshake is bounded by `timeout`'s tenfold.
     pub tls: Option<std::sync::Arc<crate::tls::TlsAcceptor>>,
+    /// What the health status of the rate limit service follows (checked every second):
+    /// `SERVING` when `/readyz` would answer 200, `NOT_SERVING` otherwise. `None`: always
+    /// serving.
+    pub readiness: Option<std::sync::Arc<crate::readiness::Readiness>>,
 }
 
 impl Default for GrpcOptions {
@@ -52,6 +56,7 @@ impl Default for GrpcOptions {
             timeout: Duration::from_secs(2),
             max_concurrent_streams: 1024,
             tls: None,
+            readiness: None,
         }
     }
 }

@@ -276,6 +276,33 @@ impl RedisStore {
         self.inner.hybrid.peers()
     }
 
+    /// Whether Redis answers a `PING` now (on a cluster, the node the client asks), within
+    /// `[store] timeout` (at least 250 ms): what a readiness probe asks, whatever the
+    /// traffic (a breaker only opens when decisions fail).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let settings = self.inner.settings.load_full();
+        let wait = settings.timeout.max(Duration::from_millis(250));
+        let asked = async {
+            let mut connection = self.inner.pool.connection(&settings).await?;
+            redis::cmd("PING")
+                .query_async::<String>(&mut connection)
+                .await
+                .map(|_| ())
+        };
+        match tokio::time::timeout(wait, asked).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => {
+                self.inner.pool.failed(&error);
+                Err(StoreError::Unavailable {
+                    reason: error.to_string(),
+                })
+            }
+            Err(_) => Err(StoreError::Unavailable {
+                reason: format!("Redis did not answer PING within {wait:?}"),
+            }),
+        }
+    }
+
     /// Whether a circuit breaker is open: decisions (on a cluster, those of at least one
     /// shard) are skipping Redis.
     pub fn breaker_open(&self) -> bool {
