@@ -54,57 +54,208 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
-fn describe() {
-    use metrics::{describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(
+/// What kind of metric one is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up (`_total`).
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// A distribution (`_bucket`, `_sum`, `_count` in Prometheus's text).
+    Histogram,
+}
+
+/// One metric the service exports: its name, kind, labels and meaning.
+#[derive(Clone, Copy, Debug)]
+pub struct Metric {
+    /// As Prometheus shows it.
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: Kind,
+    /// Its labels.
+    pub labels: &'static [&'static str],
+    /// What it means (its `# HELP`).
+    pub help: &'static str,
+}
+
+const fn metric(
+    name: &'static str,
+    kind: Kind,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> Metric {
+    Metric {
+        name,
+        kind,
+        labels,
+        help,
+    }
+}
+
+/// Every metric the service exports, each once: what `/metrics` describes (`# HELP`), what
+/// the README's metrics table lists, and what the shipped alerts and dashboard may query (a
+/// test checks each against this list, and that a running service exports nothing else).
+pub const CATALOGUE: &[Metric] = &[
+    metric(
         "tollgate_requests_total",
-        "Requests decided, by rule and outcome (allowed, limited)."
-    );
-    describe_counter!(
+        Kind::Counter,
+        &["rule", "outcome"],
+        "Requests decided, by rule and outcome: allowed, limited, shadow_limited (a shadow rule would have refused).",
+    ),
+    metric(
         "tollgate_delayed_total",
-        "Requests on_limit = \"delay\" held before admitting them, by rule (also counted as allowed)."
-    );
-    describe_histogram!(
+        Kind::Counter,
+        &["rule"],
+        "Requests held (on_limit = \"delay\") before they were admitted, by rule; also counted as allowed.",
+    ),
+    metric(
         "tollgate_delay_seconds",
-        "How long on_limit = \"delay\" held each delayed request, by rule."
-    );
-    describe_gauge!(
-        "tollgate_buckets_active",
-        "Buckets currently held: clients that have spent part of a budget."
-    );
-    describe_counter!("tollgate_config_reloads_total", "Config reloads applied.");
-    describe_counter!(
-        "tollgate_resp_commands_total",
-        "Commands the Redis-protocol front end ran, by command (unknown ones as unknown)."
-    );
-    describe_counter!(
-        "tollgate_resp_errors_total",
-        "Commands the Redis-protocol front end answered with an error, by command."
-    );
-    describe_histogram!(
-        "tollgate_resp_command_seconds",
-        metrics::Unit::Seconds,
-        "Time to run one Redis-protocol command, by command, sampled 1 in 16 per connection."
-    );
-    describe_counter!(
-        "tollgate_config_reads_total",
-        "Config sources read: files opened (kind=file) and URLs fetched (kind=url). Idle and unchanged, files are not read again."
-    );
-    describe_counter!(
-        "tollgate_config_fetch_errors_total",
-        "Fetches of remote config that failed (each attempt; reported once per distinct error)."
-    );
-    describe_counter!(
-        "tollgate_config_reload_failures_total",
-        "Config reloads refused and distinct remote fetch errors (the previous rules kept serving), each reported once."
-    );
-    describe_gauge!(
-        "tollgate_config_generation",
-        "Generation of the active config: 1 at start, +1 per applied reload."
-    );
-    describe_histogram!(
+        Kind::Histogram,
+        &["rule"],
+        "How long on_limit = \"delay\" held each delayed request, by rule.",
+    ),
+    metric(
         "tollgate_decision_seconds",
-        metrics::Unit::Seconds,
-        "Time to decide one request (key, rule, bucket), sampled 1 in 64."
-    );
+        Kind::Histogram,
+        &[],
+        "Time to decide one request (key, rule, bucket), sampled one request in 64.",
+    ),
+    metric(
+        "tollgate_in_flight",
+        Kind::Gauge,
+        &["rule"],
+        "Requests in flight under a rule's concurrency cap.",
+    ),
+    metric(
+        "tollgate_concurrency_limit",
+        Kind::Gauge,
+        &["rule"],
+        "A concurrency cap in force: the fixed cap, or where the adaptive limit stands.",
+    ),
+    metric(
+        "tollgate_concurrency_refused_total",
+        Kind::Counter,
+        &["rule"],
+        "Requests refused because the rule's concurrency cap was full.",
+    ),
+    metric(
+        "tollgate_buckets_active",
+        Kind::Gauge,
+        &[],
+        "Buckets held in memory: clients that have spent part of a budget (with Redis, this instance's fallback buckets).",
+    ),
+    metric(
+        "tollgate_evictions_total",
+        Kind::Counter,
+        &[],
+        "Buckets evicted at [store] max_buckets, those closest to full first.",
+    ),
+    metric(
+        "tollgate_backend_errors_total",
+        Kind::Counter,
+        &["slots"],
+        "Redis calls that failed or timed out (on a cluster, by the slot range of the shard).",
+    ),
+    metric(
+        "tollgate_backend_fallbacks_total",
+        Kind::Counter,
+        &[],
+        "Decisions made by on_backend_error because Redis could not answer.",
+    ),
+    metric(
+        "tollgate_backend_breaker_open",
+        Kind::Gauge,
+        &["slots"],
+        "1 while a circuit breaker is open and decisions skip Redis (on a cluster, per shard).",
+    ),
+    metric(
+        "tollgate_hybrid_decisions_total",
+        Kind::Counter,
+        &["where"],
+        "Hybrid mode's decisions, by where they were made: local (on a leased share) or redis.",
+    ),
+    metric(
+        "tollgate_hybrid_instances",
+        Kind::Gauge,
+        &[],
+        "Instances hybrid mode's heartbeat last counted sharing the leases.",
+    ),
+    metric(
+        "tollgate_config_generation",
+        Kind::Gauge,
+        &[],
+        "Generation of the config in force: 1 at start, +1 per applied reload.",
+    ),
+    metric(
+        "tollgate_config_reloads_total",
+        Kind::Counter,
+        &[],
+        "Config reloads applied.",
+    ),
+    metric(
+        "tollgate_config_reload_failures_total",
+        Kind::Counter,
+        &[],
+        "Config reloads refused, and distinct remote fetch errors; the previous rules kept serving. Each reported once.",
+    ),
+    metric(
+        "tollgate_config_reads_total",
+        Kind::Counter,
+        &["kind"],
+        "Config sources read: files opened (kind=file) and URLs fetched (kind=url).",
+    ),
+    metric(
+        "tollgate_config_fetch_errors_total",
+        Kind::Counter,
+        &[],
+        "Fetches of remote config that failed (every attempt).",
+    ),
+    metric(
+        "tollgate_resp_commands_total",
+        Kind::Counter,
+        &["command"],
+        "Commands the Redis-protocol front end ran, by command (unknown ones as unknown).",
+    ),
+    metric(
+        "tollgate_resp_errors_total",
+        Kind::Counter,
+        &["command"],
+        "Commands the Redis-protocol front end answered with an error, by command.",
+    ),
+    metric(
+        "tollgate_resp_command_seconds",
+        Kind::Histogram,
+        &["command"],
+        "Time to run one Redis-protocol command, by command, sampled one in 16 per connection.",
+    ),
+    metric(
+        "tollgate_grpc_requests_total",
+        Kind::Counter,
+        &["domain", "code"],
+        "ShouldRateLimit requests, by domain (other for domains without rules) and overall code.",
+    ),
+    metric(
+        "tollgate_tls_reload_failures_total",
+        Kind::Counter,
+        &["listener"],
+        "Certificate reloads refused (the previous pair kept), by listener.",
+    ),
+    metric(
+        "tollgate_tls_handshake_failures_total",
+        Kind::Counter,
+        &["listener"],
+        "TLS handshakes that failed or timed out, by listener.",
+    ),
+];
+
+fn describe() {
+    for metric in CATALOGUE {
+        match metric.kind {
+            Kind::Counter => metrics::describe_counter!(metric.name, metric.help),
+            Kind::Gauge => metrics::describe_gauge!(metric.name, metric.help),
+            Kind::Histogram => {
+                metrics::describe_histogram!(metric.name, metrics::Unit::Seconds, metric.help);
+            }
+        }
+    }
 }

@@ -109,6 +109,23 @@ pub async fn send(
     }
 }
 
+/// A loopback port nothing listens on at the moment of asking (for servers started with a
+/// port number, not `:0`).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free loopback port")
+}
+
+/// `GET path` from `address`, or `None` when nothing answers there (yet).
+pub async fn try_get(address: SocketAddr, path: &str) -> Option<Reply> {
+    tokio::net::TcpStream::connect(address).await.ok()?;
+    tokio::time::timeout(std::time::Duration::from_secs(5), get(address, path, &[]))
+        .await
+        .ok()
+}
+
 /// The value of a future that must be ready at once (the in-memory store never waits).
 pub fn now_or_never<F: Future>(future: F) -> F::Output {
     let mut future = pin!(future);

@@ -3,7 +3,9 @@
 //! loudly and skips — unless `CI=true`, where it fails.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
+
+use crate::free_port;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -205,11 +207,4 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free loopback port")
 }

@@ -8,7 +8,8 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::redis::{RedisOptions, RedisServer, binary, free_port};
+use crate::free_port;
+use crate::redis::{RedisOptions, RedisServer, binary};
 
 /// The name the sentinel monitors the master under.
 pub const MASTER_NAME: &str = "tollgate";
