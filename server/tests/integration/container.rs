@@ -101,6 +101,8 @@ fn build_image() -> Option<String> {
     // The image's trust roots, for https:// upstreams and rediss:// (none: an empty bundle).
     let roots = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
     std::fs::write(context.path().join("ca-certificates.crt"), roots).unwrap();
+    // The build this one replaces, removed afterwards so runs do not pile up images.
+    let previous = podman(&["image", "inspect", "--format", "{{.Id}}", IMAGE], None);
     let id_file = context.path().join("image-id");
     let base = format!("BASE_IMAGE={BASE}");
     let containerfile = context.path().join("Containerfile");
@@ -123,7 +125,14 @@ fn build_image() -> Option<String> {
         ],
         None,
     );
-    Some(std::fs::read_to_string(id_file).unwrap().trim().to_owned())
+    let id = std::fs::read_to_string(id_file).unwrap();
+    let id = id.trim().trim_start_matches("sha256:").to_owned();
+    let previous = String::from_utf8_lossy(&previous.stdout).trim().to_owned();
+    if !previous.is_empty() && previous != id {
+        // In use by another run's container: it stays, harmlessly.
+        let _ = podman(&["rmi", &previous], None);
+    }
+    Some(id)
 }
 
 /// Debian bookworm, minimal, into a folder, imported as [`BASE`] (about 30 s, once per
