@@ -22,6 +22,8 @@ pub struct SentinelSetup {
     sentinel_port: u16,
     /// With [`start_tls`](Self::start_tls): the sentinel's TLS port.
     sentinel_tls_port: Option<u16>,
+    /// With [`start_with_password`](Self::start_with_password): what every process asks.
+    password: Option<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -35,7 +37,14 @@ impl SentinelSetup {
     /// Starts the three and waits until the sentinel knows the replica, or returns `None`
     /// after saying why the test skips.
     pub fn start(test: &str) -> Option<SentinelSetup> {
-        SentinelSetup::start_with(test, None)
+        SentinelSetup::start_with(test, None, None)
+    }
+
+    /// The same with `password` required everywhere: by the master and the replica
+    /// (`requirepass`, the replica's `masterauth`) and by the sentinel of its own clients
+    /// (`requirepass`; it reaches the master with `sentinel auth-pass`).
+    pub fn start_with_password(test: &str, password: &str) -> Option<SentinelSetup> {
+        SentinelSetup::start_with(test, None, Some(password))
     }
 
     /// The same over TLS: the master and the replica serve TLS ports too, the replica is
@@ -43,10 +52,19 @@ impl SentinelSetup {
     /// its own — what a client reaches with `rediss://`. (Plain ports stay, for the
     /// fixture's own commands and the replication link.)
     pub fn start_tls(test: &str, tls: &SentinelTls<'_>) -> Option<SentinelSetup> {
-        SentinelSetup::start_with(test, Some(tls))
+        SentinelSetup::start_with(test, Some(tls), None)
     }
 
-    fn start_with(test: &str, tls: Option<&SentinelTls<'_>>) -> Option<SentinelSetup> {
+    fn start_with(
+        test: &str,
+        tls: Option<&SentinelTls<'_>>,
+        password: Option<&str>,
+    ) -> Option<SentinelSetup> {
+        let auth = password.map(|p| ("default".to_owned(), p.to_owned()));
+        let mut master_args = Vec::new();
+        if let Some(password) = password {
+            master_args.extend(["--requirepass".to_owned(), password.to_owned()]);
+        }
         let tls_options = tls.map(|tls| crate::redis::RedisTlsOptions {
             cert: tls.server.cert.clone(),
             key: tls.server.key.clone(),
@@ -57,6 +75,8 @@ impl SentinelSetup {
             test,
             RedisOptions {
                 tls: tls_options.clone(),
+                args: master_args.clone(),
+                auth: auth.clone(),
                 ..RedisOptions::default()
             },
         )?;
@@ -65,6 +85,10 @@ impl SentinelSetup {
             "127.0.0.1".into(),
             master.port().to_string(),
         ];
+        replica_args.extend(master_args);
+        if let Some(password) = password {
+            replica_args.extend(["--masterauth".to_owned(), password.to_owned()]);
+        }
         let replica_tls_port = tls.map(|_| free_port());
         if let Some(port) = replica_tls_port {
             replica_args.extend(["--replica-announce-port".into(), port.to_string()]);
@@ -75,6 +99,7 @@ impl SentinelSetup {
                 tls: tls_options.clone(),
                 tls_port: replica_tls_port,
                 args: replica_args,
+                auth,
                 ..RedisOptions::default()
             },
         )?;
@@ -91,6 +116,11 @@ impl SentinelSetup {
              sentinel failover-timeout {MASTER_NAME} 2000\n\
              sentinel parallel-syncs {MASTER_NAME} 1\n"
         );
+        if let Some(password) = password {
+            text.push_str(&format!(
+                "requirepass {password}\nsentinel auth-pass {MASTER_NAME} {password}\n"
+            ));
+        }
         if let (Some(tls), Some(port)) = (tls, sentinel_tls_port) {
             text.push_str(&format!(
                 "tls-port {port}\ntls-replication yes\ntls-auth-clients no\n\
@@ -115,6 +145,7 @@ impl SentinelSetup {
             sentinel: Some(sentinel),
             sentinel_port,
             sentinel_tls_port,
+            password: password.map(str::to_owned),
             _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -163,11 +194,16 @@ impl SentinelSetup {
     }
 
     fn replica_linked(&self) -> bool {
-        raw(self.replica.port(), "INFO replication").contains("master_link_status:up")
+        raw(
+            self.replica.port(),
+            "INFO replication",
+            self.password.as_deref(),
+        )
+        .contains("master_link_status:up")
     }
 
     fn ask(&self, command: &str) -> Option<String> {
-        let reply = raw(self.sentinel_port, command);
+        let reply = raw(self.sentinel_port, command, self.password.as_deref());
         (!reply.is_empty()).then_some(reply)
     }
 }
@@ -181,12 +217,22 @@ impl Drop for SentinelSetup {
     }
 }
 
-/// One inline command to a plain port; the whole reply as text (empty on failure).
-fn raw(port: u16, command: &str) -> String {
+/// One inline command to a plain port, after `AUTH password` when given; the whole reply
+/// as text (empty on failure).
+fn raw(port: u16, command: &str, password: Option<&str>) -> String {
     let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, port)) else {
         return String::new();
     };
     let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if let Some(password) = password {
+        let mut ok = [0u8; 5];
+        let authed = stream
+            .write_all(format!("AUTH {password}\r\n").as_bytes())
+            .and_then(|()| stream.read_exact(&mut ok));
+        if authed.is_err() || &ok != b"+OK\r\n" {
+            return String::new();
+        }
+    }
     if stream
         .write_all(format!("{command}\r\n").as_bytes())
         .is_err()
