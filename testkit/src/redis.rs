@@ -15,6 +15,8 @@ pub struct RedisServer {
     options: RedisOptions,
     /// The TLS port, when `options.tls` asks for one.
     tls_port: Option<u16>,
+    /// Its working directory: whatever it writes (a replica's full sync) stays there.
+    dir: tempfile::TempDir,
 }
 
 /// How a test's server differs from a plain one.
@@ -80,6 +82,7 @@ impl RedisServer {
             port,
             options,
             tls_port,
+            dir: tempfile::tempdir().expect("a temporary directory"),
         };
         server.spawn(&binary);
         Some(server)
@@ -90,6 +93,8 @@ impl RedisServer {
         command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(self.dir.path())
             .args(["--save", ""])
             .args(["--appendonly", "no"])
             .args(["--daemonize", "no"]);

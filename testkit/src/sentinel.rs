@@ -50,7 +50,7 @@ impl SentinelSetup {
     /// The same over TLS: the master and the replica serve TLS ports too, the replica is
     /// announced at its TLS port, and the sentinel speaks TLS to them and on a TLS port of
     /// its own — what a client reaches with `rediss://`. (Plain ports stay, for the
-    /// fixture's own commands and the replication link.)
+    /// fixture's own commands; the replication link is TLS.)
     pub fn start_tls(test: &str, tls: &SentinelTls<'_>) -> Option<SentinelSetup> {
         SentinelSetup::start_with(test, Some(tls), None)
     }
@@ -61,7 +61,8 @@ impl SentinelSetup {
         password: Option<&str>,
     ) -> Option<SentinelSetup> {
         let auth = password.map(|p| ("default".to_owned(), p.to_owned()));
-        let mut master_args = Vec::new();
+        // A replica syncs at once, not after the default 5 s wait for more replicas.
+        let mut master_args = vec!["--repl-diskless-sync-delay".to_owned(), "0".to_owned()];
         if let Some(password) = password {
             master_args.extend(["--requirepass".to_owned(), password.to_owned()]);
         }
@@ -80,11 +81,17 @@ impl SentinelSetup {
                 ..RedisOptions::default()
             },
         )?;
+        // Over TLS the replica replicates over TLS too, from the address the sentinel
+        // knows the master by (else the sentinel "fixes" it to that address, and a plain
+        // link to a TLS port never comes up).
         let mut replica_args = vec![
             "--replicaof".into(),
             "127.0.0.1".into(),
-            master.port().to_string(),
+            master.tls_port().unwrap_or(master.port()).to_string(),
         ];
+        if tls.is_some() {
+            replica_args.extend(["--tls-replication".to_owned(), "yes".to_owned()]);
+        }
         replica_args.extend(master_args);
         if let Some(password) = password {
             replica_args.extend(["--masterauth".to_owned(), password.to_owned()]);
