@@ -13,7 +13,8 @@
 //!   layer as the README sets it up for axum, IETF headers on), `tollgate-no-headers` (the
 //!   same with `[response] headers = "none"`, to show what the headers cost),
 //!   `tollgate-wrapped` (`RateLimitLayer::new` alone: any body type, wrapped, which axum
-//!   boxes again) or `governor` (tower_governor's `GovernorLayer` keyed by peer IP, no
+//!   boxes again), `tollgate-parts` (the first with `[key] parts = ["host", "method",
+//!   "header:x-tenant", "route", "client"]`, the rule three segments deep) or `governor` (tower_governor's `GovernorLayer` keyed by peer IP, no
 //!   headers);
 //! - quota `never` (1,000,000/s with a burst of 1,000,000: nobody is denied) or `deny`
 //!   (1/s with a burst of 1: a single client is denied all but one request a second).
@@ -71,6 +72,7 @@ enum Limiter {
     Tollgate,
     TollgateNoHeaders,
     TollgateWrapped,
+    TollgateParts,
     Governor,
 }
 
@@ -97,14 +99,27 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
     let (per_second, burst) = quota.rate_and_burst();
     Ok(match limiter {
         Limiter::Bare => app,
-        Limiter::Tollgate | Limiter::TollgateNoHeaders | Limiter::TollgateWrapped => {
+        Limiter::Tollgate
+        | Limiter::TollgateNoHeaders
+        | Limiter::TollgateWrapped
+        | Limiter::TollgateParts => {
             let headers = match limiter {
                 Limiter::TollgateNoHeaders => "none",
                 _ => "ietf",
             };
+            // With parts, the load generator's requests (Host 127.0.0.1, GET, no
+            // x-tenant) are keyed 127.0.0.1/GET/-/client: the rule is found three
+            // segments down.
+            let (parts, rule) = match limiter {
+                Limiter::TollgateParts => (
+                    "[key]\nparts = [\"host\", \"method\", \"header:x-tenant\", \"route\", \"client\"]\n",
+                    "127.0.0.1/GET/-",
+                ),
+                _ => ("", "/"),
+            };
             let toml = format!(
-                "[response]\nheaders = \"{headers}\"\n\n\
-                 [limits]\n\"/\" = {{ rate = \"{per_second}/s\", burst = {burst} }}\n"
+                "{parts}[response]\nheaders = \"{headers}\"\n\n\
+                 [limits]\n\"{rule}\" = {{ rate = \"{per_second}/s\", burst = {burst} }}\n"
             );
             let layer = RateLimitLayer::new(Limits::from_toml(&toml)?);
             match limiter {

@@ -11,7 +11,7 @@
 //! | `GET /config` | active rules, sources (files and URLs: last read, validator, last error), generation, loaded-at, last reload error, the last reloads (newest first: time, trigger, generation, rules added/removed/changed with old → new, or the error) |
 //! | `GET /buckets?prefix=&max_fraction=&sort=&limit=` | buckets, filtered and sorted server-side |
 //! | `DELETE /buckets/{key}` | forgive one client: drop its bucket |
-//! | `GET /explain?path=&client=` | which rule and bucket a request would use, and why |
+//! | `GET /explain?path=&client=&method=&host=&header.NAME=` | which rule and bucket a request would use, and why |
 //! | `GET /traffic?rules=&top=` | per-rule traffic over the last 15 minutes in 5 s slots (admitted, refused, shadow-refused, delayed), rules with the most refusals first (at most `rules`, default 50), each with its `top` most refused clients (default 10) |
 //! | `GET /metrics` | Prometheus text |
 //!
@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Query, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
@@ -564,25 +564,74 @@ fn forgiven(key: &str, removed: Result<bool, StoreError>) -> Response {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// `/explain`'s parameters: the request to explain, as a client would send it.
+#[derive(Debug, Default)]
 struct ExplainParams {
+    /// The path, with its query (for `query:NAME` key parts).
     path: Option<String>,
     client: Option<String>,
+    method: Option<String>,
+    host: Option<String>,
+    /// `header.NAME=value`, for `header:NAME` and `cookie:NAME` key parts.
+    headers: Vec<(String, String)>,
+}
+
+impl ExplainParams {
+    fn parse(query: &str) -> ExplainParams {
+        let mut params = ExplainParams::default();
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            let value = value.into_owned();
+            match name.as_ref() {
+                "path" => params.path = Some(value),
+                "client" => params.client = Some(value),
+                "method" => params.method = Some(value),
+                "host" => params.host = Some(value),
+                other => {
+                    if let Some(header) = other.strip_prefix("header.") {
+                        params.headers.push((header.to_owned(), value));
+                    }
+                }
+            }
+        }
+        params
+    }
+
+    /// The request the parameters describe (no body), or what is wrong with them.
+    fn request(&self) -> Result<http::Request<()>, String> {
+        let mut request = http::Request::builder()
+            .method(self.method.as_deref().unwrap_or("GET"))
+            .uri(self.path.as_deref().unwrap_or("/"));
+        if let Some(host) = &self.host {
+            request = request.header(header::HOST, host);
+        }
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        request
+            .body(())
+            .map_err(|error| format!("not a request tollgate could receive: {error}"))
+    }
 }
 
 async fn explain(
     State(state): State<AdminState<BackendStore>>,
-    params: Result<Query<ExplainParams>, axum::extract::rejection::QueryRejection>,
+    RawQuery(query): RawQuery,
 ) -> Response {
-    let Ok(Query(params)) = params else {
-        return bad_request("expected ?path=/some/path&client=203.0.113.7");
+    let params = ExplainParams::parse(query.as_deref().unwrap_or_default());
+    let request = match params.request() {
+        Ok(request) => request,
+        Err(message) => return bad_request(&message),
     };
     let Some(client) = params.client.filter(|c| !c.is_empty()) else {
         return bad_request("client is required (an address or an API key)");
     };
     let path = params.path.unwrap_or_else(|| "/".into());
     let rules = state.limits.rules().clone();
-    let route = normalize_route(&path, rules.route_settings());
+    let settings = rules.route_settings();
+    let route = normalize_route(request.uri().path(), settings);
+    let route = settings
+        .parts
+        .match_path(&request, route, settings.case_insensitive);
     // Addresses are grouped as the layer groups them (IPv6 by prefix).
     let client = match client.parse::<IpAddr>() {
         Ok(address) => Client::from_ip(address, rules.client_settings().ipv6_prefix).to_string(),
@@ -603,6 +652,7 @@ async fn explain(
     Json(json!({
         "path": path,
         "route": why.route,
+        "parts": why.parts.iter().map(|p| json!({"part": p.part, "value": p.value})).collect::<Vec<_>>(),
         "client": why.client,
         "key": why.key,
         "tried": why.tried.iter().map(|s| json!({"prefix": s.prefix, "has_rule": s.has_rule})).collect::<Vec<_>>(),

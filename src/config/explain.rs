@@ -11,6 +11,9 @@ use crate::key::Client;
 pub struct Explanation {
     /// The normalised route.
     pub route: String,
+    /// The parts beside the route (`[key] parts`), each with its value, in key order;
+    /// empty with the default parts.
+    pub parts: Vec<PartValue>,
     /// The client segment.
     pub client: String,
     /// The request key, `route/client`.
@@ -27,6 +30,16 @@ pub struct Explanation {
     pub bucket: Option<String>,
 }
 
+/// One part of a key beside the route, as [`RuleSet::explain`] read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PartValue {
+    /// The part, as `[key] parts` names it (`method`, `header:x-tenant`).
+    pub part: String,
+    /// Its segment in the key (`-` when the request did not have it).
+    pub value: String,
+}
+
 /// One prefix [`RuleSet::explain`] looked up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -39,7 +52,22 @@ pub struct Step {
 
 impl RuleSet {
     /// How `route` (normalised) and `client` resolve, prefix by prefix: what the gateway's
-    /// `/explain` shows.
+    /// `/explain` shows. With `[key] parts`, `route` is the key up to its client, parts
+    /// included ([`KeyParts::match_path`](crate::key::KeyParts::match_path)), and the
+    /// explanation names each part's value:
+    ///
+    /// ```
+    /// use tollgate::Limits;
+    ///
+    /// let limits = Limits::from_toml(
+    ///     "[key]\nparts = [\"method\", \"route\", \"client\"]\n[limits]\n\"POST/orders\" = \"5/min\"\n",
+    /// )?;
+    /// let why = limits.rules().explain("POST/orders/42", "203.0.113.7");
+    /// assert_eq!(why.rule.as_deref(), Some("POST/orders"));
+    /// assert_eq!((why.parts[0].part.as_str(), why.parts[0].value.as_str()), ("method", "POST"));
+    /// assert_eq!(why.route, "orders/42");
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
     ///
     /// ```
     /// use tollgate::Limits;
@@ -82,8 +110,22 @@ impl RuleSet {
             });
         }
         let rule = self.resolve(route, client);
+        let (parts, bare_route) = match self.route_settings().parts.split(route) {
+            Some((parts, bare)) => (
+                parts
+                    .into_iter()
+                    .map(|(part, value)| PartValue {
+                        part,
+                        value: value.to_owned(),
+                    })
+                    .collect(),
+                bare,
+            ),
+            None => (Vec::new(), route),
+        };
         Explanation {
-            route: route.to_owned(),
+            route: bare_route.to_owned(),
+            parts,
             client: client.to_owned(),
             key,
             tried,

@@ -35,7 +35,7 @@ pub(crate) mod source;
 
 pub use changes::RuleChange;
 pub use error::{ConfigError, Diagnostic};
-pub use explain::{Explanation, Step};
+pub use explain::{Explanation, PartValue, Step};
 pub use extension::{Document, Extension};
 pub use raw::{HeaderStyle, Per};
 pub use rule::{Limit, Origin, Rule, RuleId, StatusSet};

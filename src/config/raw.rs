@@ -144,6 +144,10 @@ pub(crate) struct RawRedisTls {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawKey {
     pub(crate) case_insensitive: Option<bool>,
+    /// What a key is made of, in order: "route" and "client" once each, "client" last;
+    /// also "method", "host", "header:NAME", "query:NAME", "cookie:NAME".
+    #[cfg_attr(feature = "schema", schemars(with = "Option<Vec<String>>"))]
+    pub(crate) parts: Option<Spanned<Vec<Spanned<String>>>>,
     #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
     pub(crate) max_depth: Option<Spanned<i64>>,
 }

@@ -11,6 +11,10 @@
 //!   than [`MAX_HEADER_IDENTITY`] bytes: the next source is tried. Only the first copy of
 //!   the header is read. `/`, `%`, spaces, controls and non-ASCII bytes are percent-encoded,
 //!   so the value is always exactly one key segment.
+//! - `extension`: a [`ClientId`] the application put in the request's extensions — the
+//!   user its auth layer established — bounded and encoded as a header value is. Absent
+//!   (no auth layer ran, or it did not identify anyone): the next source is tried. A client
+//!   cannot forge it: it is not read from the request.
 //!
 //! # Unidentified requests
 //!
@@ -60,6 +64,37 @@ pub const MAX_HEADER_IDENTITY: usize = 256;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PeerAddr(pub SocketAddr);
 
+/// Who the application says is asking: insert it into a request's extensions (from an auth
+/// layer, before the rate limit layer) and name `"extension"` in `[client] sources`.
+///
+/// ```
+/// use tollgate::Limits;
+/// use tollgate::key::ClientId;
+///
+/// let limits = Limits::from_toml(
+///     "[client]\nsources = [\"extension\", \"ip\"]\n[limits]\nreports = \"1/min\"\n",
+/// )?;
+/// let request = |user: &str| {
+///     let mut request = http::Request::get("/reports").body(()).unwrap();
+///     request.extensions_mut().insert(ClientId::new(user));
+///     request
+/// };
+/// let allowed = |user: &str| limits.check_request(&request(user)).unwrap().into_inner().unwrap().allowed();
+/// assert!(allowed("user-42"));
+/// assert!(!allowed("user-42"), "user-42 has spent its budget");
+/// assert!(allowed("user-7"), "user-7 has a budget of its own");
+/// # Ok::<(), tollgate::config::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClientId(pub String);
+
+impl ClientId {
+    /// The identity `id` (a user id, an account, a tenant).
+    pub fn new(id: impl Into<String>) -> ClientId {
+        ClientId(id.into())
+    }
+}
+
 /// Where a client identity comes from: one entry of `[client] sources`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -68,6 +103,8 @@ pub enum ClientSource {
     Ip,
     /// `"header:NAME"`: the value of a request header.
     Header(HeaderName),
+    /// `"extension"`: the [`ClientId`] in the request's extensions.
+    Extension,
 }
 
 impl fmt::Display for ClientSource {
@@ -75,6 +112,7 @@ impl fmt::Display for ClientSource {
         match self {
             ClientSource::Ip => f.write_str("ip"),
             ClientSource::Header(name) => write!(f, "header:{name}"),
+            ClientSource::Extension => f.write_str("extension"),
         }
     }
 }
@@ -128,16 +166,29 @@ impl<'a> Client<'a> {
                     }
                 }
                 ClientSource::Header(name) => {
-                    if let Some(value) = request.headers().get(name) {
-                        let bytes = value.as_bytes();
-                        if !bytes.is_empty() && bytes.len() <= MAX_HEADER_IDENTITY {
-                            return Client::Key(percent_encode(bytes, SEGMENT_UNSAFE).into());
-                        }
+                    if let Some(value) = request.headers().get(name)
+                        && let Some(client) = Client::from_bytes(value.as_bytes())
+                    {
+                        return client;
+                    }
+                }
+                ClientSource::Extension => {
+                    if let Some(ClientId(id)) = request.extensions().get::<ClientId>()
+                        && let Some(client) = Client::from_bytes(id.as_bytes())
+                    {
+                        return client;
                     }
                 }
             }
         }
         Client::Unknown
+    }
+
+    /// A header's or the application's identity: one segment, or `None` when it is empty
+    /// or longer than [`MAX_HEADER_IDENTITY`].
+    fn from_bytes(bytes: &'a [u8]) -> Option<Client<'a>> {
+        (!bytes.is_empty() && bytes.len() <= MAX_HEADER_IDENTITY)
+            .then(|| Client::Key(percent_encode(bytes, SEGMENT_UNSAFE).into()))
     }
 
     /// The identity for an address, grouping IPv6 by `ipv6_prefix`.
@@ -199,7 +250,7 @@ impl fmt::Display for Client<'_> {
 
 /// Bytes percent-encoded in header identities: everything that is not visible ASCII,
 /// plus `/` (it would split the key) and `%` (so encoding stays unambiguous).
-const SEGMENT_UNSAFE: &AsciiSet = &CONTROLS.add(b' ').add(b'/').add(b'%');
+pub(super) const SEGMENT_UNSAFE: &AsciiSet = &CONTROLS.add(b' ').add(b'/').add(b'%');
 
 /// `text` as one key segment, encoded as header identities are: bytes outside visible
 /// ASCII, ` `, `/` and `%` percent-encoded, so a `/` in it cannot add a segment. A segment

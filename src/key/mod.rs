@@ -1,4 +1,5 @@
-//! Request keys: `route "/" client`.
+//! Request keys: `route "/" client`, and more parts around the route when
+//! `[key] parts` asks for them ([`KeyParts`]).
 //!
 //! A request's key is its normalised route ([`normalize_route`]) followed by its client
 //! identity ([`Client`]) as the last segment — `api/search/203.0.113.7` — or just the client
@@ -9,11 +10,13 @@
 
 mod client;
 mod forwarded;
+mod parts;
 mod path;
 
 pub(crate) use client::SegmentBuffer;
 pub use client::{
-    Client, ClientSettings, ClientSource, MAX_HEADER_IDENTITY, PeerAddr, encode_segment,
+    Client, ClientId, ClientSettings, ClientSource, MAX_HEADER_IDENTITY, PeerAddr, encode_segment,
 };
 pub use forwarded::TrustedProxies;
+pub use parts::{ABSENT, KeyPart, KeyParts, KeyPartsError, MAX_PART};
 pub use path::{RouteSettings, normalize_route};

@@ -30,6 +30,8 @@ pub struct RouteSettings {
     pub case_insensitive: bool,
     /// Route segments kept (`[key] max_depth`, default 16); deeper paths are cut.
     pub max_depth: usize,
+    /// What a request key is made of (`[key] parts`, default `route, client`).
+    pub parts: super::KeyParts,
 }
 
 impl RouteSettings {
@@ -42,6 +44,7 @@ impl Default for RouteSettings {
         RouteSettings {
             case_insensitive: false,
             max_depth: Self::DEFAULT_MAX_DEPTH,
+            parts: super::KeyParts::default(),
         }
     }
 }
@@ -194,7 +197,7 @@ mod tests {
             case_insensitive in proptest::bool::ANY,
             max_depth in 1usize..5,
         ) {
-            let settings = RouteSettings { case_insensitive, max_depth };
+            let settings = RouteSettings { case_insensitive, max_depth, ..RouteSettings::default() };
             proptest::prop_assert_eq!(
                 normalize_route(&path, &settings).into_owned(),
                 normalize_slowly(&path, &settings)

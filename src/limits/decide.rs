@@ -197,7 +197,11 @@ impl<St: Store> Limits<St> {
         request: &'r Request<B>,
         concurrency: bool,
     ) -> Plan<'r, St::Future> {
-        let route = normalize_route(request.uri().path(), rules.route_settings());
+        let settings = rules.route_settings();
+        let route = normalize_route(request.uri().path(), settings);
+        let route = settings
+            .parts
+            .match_path(request, route, settings.case_insensitive);
         let client = Client::identify(request, rules.client_settings());
         let mut buffer = SegmentBuffer::default();
         let found = rules.resolve_with(&route, || client.segment(&mut buffer).into());

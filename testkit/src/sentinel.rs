@@ -107,7 +107,6 @@ impl SentinelSetup {
                 tls_port: replica_tls_port,
                 args: replica_args,
                 auth,
-                ..RedisOptions::default()
             },
         )?;
         let dir = tempfile::tempdir().unwrap();

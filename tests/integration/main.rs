@@ -13,6 +13,7 @@ mod config_files;
 mod fuzz_corpus;
 mod hyper_server;
 mod in_flight;
+mod key_parts;
 mod layer_http;
 mod modes;
 mod redis_backend;

@@ -3,7 +3,8 @@
 //! ```text
 //! TG.CHECK key [COST n]   → [1|0, remaining, retry-after ms, reset ms, rule]
 //! TG.PEEK key             → the same, taking nothing
-//! TG.EXPLAIN key          → key, route, client, rule, bucket, and each prefix tried
+//! TG.EXPLAIN key          → key, route, client, rule, bucket, each prefix tried, and the
+//!                           key's parts beside the route ([key] parts)
 //! ```
 //!
 //! `key` is a request key, `route/client` (`api/search/203.0.113.7`). `COST` defaults to the
@@ -88,7 +89,7 @@ pub(super) fn explain<St: Store>(limits: &Limits<St>, args: &[&[u8]], reply: &mu
     let (route, client) = key.rsplit_once('/').unwrap_or(("", key));
     let route = normalize_route(route, rules.route_settings());
     let why = rules.explain(&route, client);
-    reply.map(7);
+    reply.map(8);
     reply.bulk(b"key");
     reply.bulk(why.key.as_bytes());
     reply.bulk(b"route");
@@ -112,6 +113,13 @@ pub(super) fn explain<St: Store>(limits: &Limits<St>, args: &[&[u8]], reply: &mu
         reply.array(2);
         reply.bulk(step.prefix.as_bytes());
         reply.integer(i64::from(step.has_rule));
+    }
+    reply.bulk(b"parts");
+    reply.array(why.parts.len());
+    for part in &why.parts {
+        reply.array(2);
+        reply.bulk(part.part.as_bytes());
+        reply.bulk(part.value.as_bytes());
     }
 }
 

@@ -636,3 +636,80 @@ async fn a_config_edit_appears_in_the_reload_history_with_old_and_new_numbers() 
         "50/1m burst 50 · gcra · cost 1 · per client"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_names_every_key_part_of_the_request_described() {
+    let running = crate::support::start_gateway(
+        "[key]\nparts = [\"host\", \"method\", \"header:x-tenant\", \"route\", \"query:format\", \"client\"]\n\
+         [limits]\n\"/\" = \"100/min\"\n\"shop.example/POST/acme/orders\" = \"5/min\"\n",
+        |options| options.resp = Some("127.0.0.1:0".parse().unwrap()),
+    )
+    .await;
+    let admin = running.gateway.admin_addr();
+    let why = json(
+        &get(
+            admin,
+            "/explain?path=%2Forders%2F42%3Fformat%3Dcsv&client=127.0.0.1&method=POST\
+             &host=Shop.Example%3A8443&header.x-tenant=acme",
+            &[],
+        )
+        .await,
+    );
+    assert_eq!(why["rule"], "shop.example/POST/acme/orders", "{why}");
+    assert_eq!(why["route"], "orders/42");
+    assert_eq!(why["key"], "shop.example/POST/acme/orders/42/csv/127.0.0.1");
+    let parts: Vec<(String, String)> = why["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["part"].as_str().unwrap().to_owned(),
+                p["value"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("host", "shop.example"),
+        ("method", "POST"),
+        ("header:x-tenant", "acme"),
+        ("query:format", "csv"),
+    ]
+    .map(|(p, v)| (p.to_owned(), v.to_owned()));
+    assert_eq!(parts, expected);
+    // What the request did not carry is `-`; a header that cannot be is a 400.
+    let bare = json(&get(admin, "/explain?path=/orders&client=127.0.0.1", &[]).await);
+    assert_eq!(bare["key"], "-/GET/-/orders/-/127.0.0.1", "{bare}");
+    assert_eq!(bare["rule"], "/");
+    assert_eq!(
+        get(admin, "/explain?client=x&header.bad%20name=1", &[])
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+
+    // TG.EXPLAIN takes the key as written, and names its parts the same way.
+    let resp = running.gateway.resp_addr().unwrap();
+    let mut redis = redis::Client::open(format!("redis://{resp}/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let explained: Vec<redis::Value> = redis::cmd("TG.EXPLAIN")
+        .arg("shop.example/POST/acme/orders/42/csv/127.0.0.1")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let text = format!("{explained:?}");
+    assert!(text.contains("shop.example/POST/acme/orders"), "{text}");
+    for value in [
+        "host",
+        "shop.example",
+        "header:x-tenant",
+        "acme",
+        "query:format",
+        "csv",
+    ] {
+        assert!(text.contains(&format!("\"{value}\"")), "{value} in {text}");
+    }
+}

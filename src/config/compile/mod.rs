@@ -107,13 +107,15 @@ impl RuleSet {
                 }
                 seen.insert(normalised.clone(), key.span());
                 let depth = normalised.split('/').filter(|s| !s.is_empty()).count();
-                if depth > settings.route.max_depth + 1 {
+                let around = settings.route.parts.around_route();
+                if depth > settings.route.max_depth + around + 1 {
                     diagnostics.push(source.at(
                         key.span(),
                         format!(
-                            "rule \"{}\" has {depth} segments but routes are cut at [key] max_depth = {}, so it can never match",
+                            "rule \"{}\" has {depth} segments but routes are cut at [key] max_depth = {}{}, so it can never match",
                             key.get_ref(),
-                            settings.route.max_depth
+                            settings.route.max_depth,
+                            if around > 0 { format!(" (with {around} key parts beside the route)") } else { String::new() }
                         ),
                     ));
                     continue;
@@ -387,6 +389,22 @@ mod tests {
             (
                 "[key]\nmax_depth = 2\n[limits]\n\"a/b/c/d\" = \"1/s\"\n",
                 "limits.toml:4:1: rule \"a/b/c/d\" has 4 segments",
+            ),
+            (
+                "[key]\nparts = [\"method\", \"verb\", \"route\", \"client\"]\n",
+                "limits.toml:2:20: unknown key part \"verb\"",
+            ),
+            (
+                "[key]\nparts = [\"header:\", \"route\", \"client\"]\n",
+                "limits.toml:2:10: key part \"header:\" needs a name, e.g. \"header:x-tenant\"",
+            ),
+            (
+                "[key]\nparts = [\"route\", \"client\", \"method\"]\n",
+                "limits.toml:2:9: \"client\" must be the last key part",
+            ),
+            (
+                "[key]\nparts = [\"method\", \"route\", \"client\"]\nmax_depth = 1\n[limits]\n\"GET/a/b/c\" = \"1/s\"\n",
+                "limits.toml:5:1: rule \"GET/a/b/c\" has 4 segments but routes are cut at [key] max_depth = 1 (with 1 key parts beside the route)",
             ),
             (
                 "[key]\nmax_depth = 0\n",

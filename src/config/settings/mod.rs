@@ -19,7 +19,7 @@ use super::error::Diagnostic;
 use super::raw::RawFile;
 
 use super::source::SourceText;
-use crate::key::{ClientSettings, ClientSource, RouteSettings, TrustedProxies};
+use crate::key::{ClientSettings, ClientSource, KeyPart, KeyParts, RouteSettings, TrustedProxies};
 
 /// Every settings table, folded over the files in order.
 #[derive(Default)]
@@ -55,6 +55,26 @@ impl Settings {
             }
         }
 
+        if let Some(parts) = &raw.key.parts {
+            let mut parsed = Vec::new();
+            let mut valid = true;
+            for item in parts.get_ref() {
+                match item.get_ref().parse::<KeyPart>() {
+                    Ok(part) => parsed.push(part),
+                    Err(error) => {
+                        valid = false;
+                        diagnostics.push(source.at(item.span(), error.to_string()));
+                    }
+                }
+            }
+            if valid {
+                match KeyParts::new(parsed) {
+                    Ok(parts) => self.route.parts = parts,
+                    Err(error) => diagnostics.push(source.at(parts.span(), error.to_string())),
+                }
+            }
+        }
+
         if let Some(sources) = &raw.client.sources {
             let mut parsed = Vec::new();
             for item in sources.get_ref() {
@@ -63,7 +83,7 @@ impl Settings {
                     None => diagnostics.push(source.at(
                         item.span(),
                         format!(
-                            "unknown client source \"{}\" (use \"ip\" or \"header:NAME\")",
+                            "unknown client source \"{}\" (use \"ip\", \"header:NAME\" or \"extension\")",
                             item.get_ref()
                         ),
                     )),
@@ -124,6 +144,9 @@ fn parse_source(text: &str) -> Option<ClientSource> {
     let text = text.trim();
     if text == "ip" {
         return Some(ClientSource::Ip);
+    }
+    if text == "extension" {
+        return Some(ClientSource::Extension);
     }
     let name = text.strip_prefix("header:")?.trim();
     HeaderName::from_bytes(name.as_bytes())
