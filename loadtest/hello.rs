@@ -14,7 +14,8 @@
 //!   same with `[response] headers = "none"`, to show what the headers cost),
 //!   `tollgate-wrapped` (`RateLimitLayer::new` alone: any body type, wrapped, which axum
 //!   boxes again), `tollgate-parts` (the first with `[key] parts = ["host", "method",
-//!   "header:x-tenant", "route", "client"]`, the rule three segments deep) or `governor` (tower_governor's `GovernorLayer` keyed by peer IP, no
+//!   "header:x-tenant", "route", "client"]`, the rule three segments deep, with limits per
+//!   plan and every client on `[plans] default`) or `governor` (tower_governor's `GovernorLayer` keyed by peer IP, no
 //!   headers);
 //! - quota `never` (1,000,000/s with a burst of 1,000,000: nobody is denied) or `deny`
 //!   (1/s with a burst of 1: a single client is denied all but one request a second).
@@ -110,16 +111,21 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
             // With parts, the load generator's requests (Host 127.0.0.1, GET, no
             // x-tenant) are keyed 127.0.0.1/GET/-/client: the rule is found three
             // segments down.
-            let (parts, rule) = match limiter {
+            // And a plan lookup: the rule has limits per plan, every client on the default.
+            let (parts, rule, plans) = match limiter {
                 Limiter::TollgateParts => (
-                    "[key]\nparts = [\"host\", \"method\", \"header:x-tenant\", \"route\", \"client\"]\n",
+                    "[key]\nparts = [\"host\", \"method\", \"header:x-tenant\", \"route\", \"client\"]\n\
+                     [plans]\ndefault = \"free\"\n",
                     "127.0.0.1/GET/-",
+                    format!(
+                        ", plans = {{ free = {{ rate = \"{per_second}/s\", burst = {burst} }}, pro = \"1/s\" }}"
+                    ),
                 ),
-                _ => ("", "/"),
+                _ => ("", "/", String::new()),
             };
             let toml = format!(
                 "{parts}[response]\nheaders = \"{headers}\"\n\n\
-                 [limits]\n\"{rule}\" = {{ rate = \"{per_second}/s\", burst = {burst} }}\n"
+                 [limits]\n\"{rule}\" = {{ rate = \"{per_second}/s\", burst = {burst}{plans} }}\n"
             );
             let layer = RateLimitLayer::new(Limits::from_toml(&toml)?);
             match limiter {

@@ -572,6 +572,8 @@ struct ExplainParams {
     client: Option<String>,
     method: Option<String>,
     host: Option<String>,
+    /// The plan the request's client is on, as the app or a trusted header would say.
+    plan: Option<String>,
     /// `header.NAME=value`, for `header:NAME` and `cookie:NAME` key parts.
     headers: Vec<(String, String)>,
 }
@@ -586,6 +588,7 @@ impl ExplainParams {
                 "client" => params.client = Some(value),
                 "method" => params.method = Some(value),
                 "host" => params.host = Some(value),
+                "plan" => params.plan = Some(value).filter(|p| !p.is_empty()),
                 other => {
                     if let Some(header) = other.strip_prefix("header.") {
                         params.headers.push((header.to_owned(), value));
@@ -637,16 +640,21 @@ async fn explain(
         Ok(address) => Client::from_ip(address, rules.client_settings().ipv6_prefix).to_string(),
         Err(_) => client,
     };
-    let why = rules.explain(&route, &client);
+    let why = rules.explain_as(&route, &client, params.plan.as_deref());
     let state_now = match &why.bucket {
-        Some(_) => state.limits.peek(&why.key).await.ok().map(|d| {
-            json!({
-                "allowed": d.allowed(),
-                "remaining": d.remaining(),
-                "capacity": d.limit(),
-                "reset_seconds": d.reset().as_secs_f64(),
-            })
-        }),
+        Some(_) => state
+            .limits
+            .peek_plan(&why.key, params.plan.as_deref())
+            .await
+            .ok()
+            .map(|d| {
+                json!({
+                    "allowed": d.allowed(),
+                    "remaining": d.remaining(),
+                    "capacity": d.limit(),
+                    "reset_seconds": d.reset().as_secs_f64(),
+                })
+            }),
         None => None,
     };
     Json(json!({
@@ -659,6 +667,10 @@ async fn explain(
         "rule": why.rule,
         "kind": why.kind,
         "bucket": why.bucket,
+        "plan": why.plan,
+        "plan_source": why.plan_source.map(|s| s.to_string()),
+        "plan_limit": why.plan_limit,
+        "limit": why.limit,
         "state": state_now,
     }))
     .into_response()

@@ -22,6 +22,14 @@ use tollgate::config::RuleSet;
 ///
 /// let capped = tollgate::config::RuleSet::from_toml("[limits]\nup = { concurrency = 3 }\n")?;
 /// assert!(describe_rules(&capped).contains("no rate · per client · at most 3 in flight"));
+///
+/// // A rule's limits per plan, each on a line of its own under the rule.
+/// let planned = tollgate::config::RuleSet::from_toml(
+///     "[limits.api]\nrate = \"10/min\"\nplans = { pro = \"1000/min\", enterprise = { unlimited = true } }\n",
+/// )?;
+/// let table = describe_rules(&planned);
+/// assert!(table.contains("  plan pro") && table.contains("1000/1m burst 1000"), "{table}");
+/// assert!(table.contains("  plan enterprise") && table.contains("unlimited"), "{table}");
 /// # Ok::<(), tollgate::config::ConfigError>(())
 /// ```
 pub fn describe_rules(rules: &RuleSet) -> String {
@@ -34,6 +42,16 @@ pub fn describe_rules(rules: &RuleSet) -> String {
             rule.summary(),
             rule.origin()
         );
+        for plan in rule.plans() {
+            if let Some(variant) = rules.plan_variant(rule, plan) {
+                let _ = writeln!(
+                    out,
+                    "{:<32} {:<48}",
+                    format!("  plan {plan}"),
+                    variant.summary()
+                );
+            }
+        }
     }
     out
 }

@@ -41,11 +41,11 @@
 //! # Across a change of rate
 //!
 //! A TAT only means something together with the interval it was computed under. When a
-//! reload changes a rule's numbers, [`carry_over`] re-expresses each bucket in the new
-//! quotas: the tokens a client has used (`debt / old interval`) stay used, now refilling at
-//! the new interval. Nothing is capped: a client that has used more than a lowered burst
-//! waits until its usage is back under it. A change of burst alone needs no conversion —
-//! the same debt is the same number of used tokens.
+//! reload changes a rule's numbers, or a client moves to another plan, [`carry_over`]
+//! re-expresses each bucket in the new quotas: the tokens a client has used
+//! (`debt / old interval`) stay used, now refilling at the new interval, capped at the new
+//! burst — a client that had used more than the new burst starts the new limit empty, not
+//! in debt (a move from a plan of 1,000 a minute to one of 10 does not cost 99 minutes).
 
 use super::{CheckMode, Shaping};
 use crate::Quota;
@@ -213,6 +213,7 @@ pub(crate) fn carry_over(
         *new_tat = match closest {
             Some((&tat, &old_interval)) if tat > now && old_interval > 0 => {
                 let debt = u128::from(tat - now) * u128::from(interval) / u128::from(old_interval);
+                let debt = debt.min(u128::from(quota.capacity_nanos()));
                 now.saturating_add(u64::try_from(debt).unwrap_or(u64::MAX))
             }
             _ => 0,

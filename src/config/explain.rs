@@ -1,6 +1,7 @@
 //! Why a request gets the rule it gets: the prefixes tried, most general first (the
 //! gateway's `/explain`).
 
+use super::plans::PlanSource;
 use super::prefix::Segments;
 use super::rule_set::RuleSet;
 use crate::key::Client;
@@ -28,6 +29,16 @@ pub struct Explanation {
     pub kind: Option<String>,
     /// The bucket the request would draw on (none for unlimited or unmatched requests).
     pub bucket: Option<String>,
+    /// For a rule with limits per plan: the plan the client is on, if any.
+    pub plan: Option<String>,
+    /// Where that plan came from.
+    pub plan_source: Option<PlanSource>,
+    /// Whether the rule has a limit of its own for that plan (otherwise the rule's own
+    /// limit applies).
+    pub plan_limit: bool,
+    /// The limit that applies, as written (`100/1m`; `unlimited`; several quotas joined
+    /// by `, `).
+    pub limit: Option<String>,
 }
 
 /// One part of a key beside the route, as [`RuleSet::explain`] read it.
@@ -81,6 +92,28 @@ impl RuleSet {
     /// # Ok::<(), tollgate::config::ConfigError>(())
     /// ```
     pub fn explain(&self, route: &str, client: &str) -> Explanation {
+        self.explain_as(route, client, None)
+    }
+
+    /// [`explain`](Self::explain) for a request whose plan is `plan` (as the application's
+    /// [`Plan`](crate::key::Plan) or a trusted plan header would say); `None`: the plan
+    /// membership or `[plans] default` gives.
+    ///
+    /// ```
+    /// use tollgate::config::PlanSource;
+    ///
+    /// let rules = tollgate::config::RuleSet::from_toml(
+    ///     "[plans]\ndefault = \"free\"\n[limits.api]\nrate = \"100/min\"\nplans = { free = \"10/min\", pro = \"1000/min\" }\n",
+    /// )?;
+    /// let why = rules.explain("api", "203.0.113.7");
+    /// assert_eq!((why.plan.as_deref(), why.plan_source), (Some("free"), Some(PlanSource::Default)));
+    /// assert_eq!(why.limit.as_deref(), Some("10/1m"));
+    /// let why = rules.explain_as("api", "203.0.113.7", Some("gold"));
+    /// assert_eq!((why.plan.as_deref(), why.plan_limit), (Some("gold"), false));
+    /// assert_eq!(why.limit.as_deref(), Some("100/1m"), "no gold entry: the rule's own");
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn explain_as(&self, route: &str, client: &str, plan: Option<&str>) -> Explanation {
         let key = if route.is_empty() {
             client.to_owned()
         } else {
@@ -109,7 +142,23 @@ impl RuleSet {
                 has_rule,
             });
         }
-        let rule = self.resolve(route, client);
+        let mut rule = self.resolve(route, client);
+        let mut chosen = None;
+        if let Some(base) = rule.filter(|r| r.has_plans()) {
+            chosen = match plan {
+                Some(plan) => Some((plan.to_owned(), PlanSource::Caller)),
+                None => self
+                    .plans()
+                    .for_identity(|| client.into())
+                    .map(|(plan, source)| (plan.into_owned(), source)),
+            };
+            if let Some(variant) = chosen
+                .as_ref()
+                .and_then(|(plan, _)| self.plan_variant(base, plan))
+            {
+                rule = Some(variant);
+            }
+        }
         let (parts, bare_route) = match self.route_settings().parts.split(route) {
             Some((parts, bare)) => (
                 parts
@@ -134,6 +183,18 @@ impl RuleSet {
             bucket: rule
                 .filter(|r| !r.is_unlimited())
                 .map(|r| r.bucket_key(&Client::from_segment(client))),
+            plan_limit: rule.is_some_and(|r| r.plan().is_some()),
+            plan_source: chosen.as_ref().map(|(_, source)| *source),
+            plan: chosen.map(|(plan, _)| plan),
+            limit: rule.map(|r| {
+                if r.is_unlimited() {
+                    "unlimited".to_owned()
+                } else {
+                    let rates: Vec<String> =
+                        r.quotas().iter().map(|q| q.rate().to_string()).collect();
+                    rates.join(", ")
+                }
+            }),
         }
     }
 }

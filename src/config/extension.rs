@@ -106,11 +106,11 @@ impl Extensions {
     /// Runs every extension over `sources` and `rules`; each one's output, in order.
     pub(crate) fn compile(
         &self,
-        sources: &[SourceText],
+        sources: &[&SourceText],
         rules: &RuleSet,
     ) -> Result<Vec<Arc<dyn Any + Send + Sync>>, Vec<Diagnostic>> {
         let documents: Vec<Document<'_>> =
-            sources.iter().map(|source| Document { source }).collect();
+            sources.iter().map(|&source| Document { source }).collect();
         let mut outputs = Vec::with_capacity(self.0.len());
         let mut diagnostics = Vec::new();
         for extension in &self.0 {

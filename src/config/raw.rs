@@ -34,12 +34,32 @@ pub(crate) struct RawFile {
     /// Kept spanned: a remote document may not set it, and the error points at it.
     #[cfg_attr(feature = "schema", schemars(with = "Option<RawReload>"))]
     pub(crate) reload: Option<Spanned<RawReload>>,
+    #[serde(default)]
+    pub(crate) plans: RawPlans,
 }
 
 impl RawFile {
     /// The top-level tables tollgate reads.
-    pub(crate) const TABLES: [&'static str; 6] =
-        ["key", "client", "response", "limits", "store", "reload"];
+    pub(crate) const TABLES: [&'static str; 7] = [
+        "key", "client", "response", "limits", "store", "reload", "plans",
+    ];
+}
+
+/// `[plans]`: which plan a client is on, and the plan of clients no source names.
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPlans {
+    /// The plan of a client no source names ("free").
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) default: Option<Spanned<String>>,
+    /// Membership files or URLs: TOML tables of identity = "plan".
+    #[cfg_attr(feature = "schema", schemars(with = "Option<Vec<String>>"))]
+    pub(crate) members: Option<Spanned<Vec<Spanned<String>>>>,
+    /// A header a trusted authenticator sets to the client's plan, believed only from
+    /// `[client] trusted_proxies`.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) header: Option<Spanned<String>>,
 }
 
 /// `[reload]`: how remote documents are fetched and kept.
@@ -218,7 +238,7 @@ pub enum Per {
 }
 
 /// One entry of `[limits]`: a bare rate string or a table.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct RawRule {
     pub(crate) rate: Option<Spanned<OneOrMany<String>>>,
     pub(crate) burst: Option<Spanned<OneOrMany<i64>>>,
@@ -234,6 +254,7 @@ pub(crate) struct RawRule {
     pub(crate) delay_after: Option<Spanned<i64>>,
     pub(crate) warmup: Option<Spanned<String>>,
     pub(crate) concurrency: Option<Spanned<toml::Value>>,
+    pub(crate) plans: Option<Spanned<BTreeMap<Spanned<String>, Spanned<RawRule>>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -285,6 +306,13 @@ pub(crate) struct RawRuleTable {
         schemars(with = "Option<schema_parts::ConcurrencySetting>")
     )]
     concurrency: Option<Spanned<toml::Value>>,
+    /// The rule's limits per plan: `pro = "1000/min"`, `enterprise = { unlimited = true }`
+    /// (rate, burst, cost or unlimited; the rest is the rule's).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<BTreeMap<String, RawRule>>")
+    )]
+    plans: Option<Spanned<BTreeMap<Spanned<String>, Spanned<RawRule>>>>,
 }
 
 impl<'de> Deserialize<'de> for RawRule {
@@ -323,6 +351,7 @@ impl<'de> Deserialize<'de> for RawRule {
                     delay_after: table.delay_after,
                     warmup: table.warmup,
                     concurrency: table.concurrency,
+                    plans: table.plans,
                 })
             }
         }
@@ -332,7 +361,7 @@ impl<'de> Deserialize<'de> for RawRule {
 }
 
 /// A value that may be written once or as an array, each item with its span if known.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct OneOrMany<T>(pub(crate) Vec<(T, Option<Range<usize>>)>);
 
 impl<'de, T> Deserialize<'de> for OneOrMany<T>

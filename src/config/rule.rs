@@ -47,6 +47,11 @@ pub struct Rule {
     origin: Origin,
     policy_name: String,
     policies: Vec<HeaderValue>,
+    /// The rule's own limit per plan: each plan's name and where its variant is in the
+    /// rule set (after every rule a key can resolve to).
+    plans: Vec<(Arc<str>, usize)>,
+    /// For a plan's variant of a rule: the plan.
+    plan: Option<Arc<str>>,
 }
 
 /// What a rule does.
@@ -178,7 +183,58 @@ impl Rule {
             origin,
             policy_name,
             policies,
+            plans: Vec::new(),
+            plan: None,
         }
+    }
+
+    /// This rule's variant for `plan`: the same key, id (so the same buckets) and origin,
+    /// under `limit`.
+    pub(super) fn for_plan(&self, plan: Arc<str>, limit: Limit) -> Rule {
+        let mut variant = Rule::new(self.key.clone(), self.id, limit, self.origin.clone());
+        variant.plan = Some(plan);
+        variant
+    }
+
+    /// Records that plan `plan`'s variant of this rule is at `index` in its rule set.
+    pub(super) fn add_plan(&mut self, plan: Arc<str>, index: usize) {
+        self.plans.push((plan, index));
+    }
+
+    /// Where this rule's variant for `plan` is in its rule set, if the rule has one.
+    pub(crate) fn plan_index(&self, plan: &str) -> Option<usize> {
+        self.plans
+            .iter()
+            .find(|(name, _)| &**name == plan)
+            .map(|&(_, index)| index)
+    }
+
+    /// Whether the rule has limits of its own for some plans.
+    pub fn has_plans(&self) -> bool {
+        !self.plans.is_empty()
+    }
+
+    /// The plans the rule has limits of its own for, in name order.
+    ///
+    /// ```
+    /// let rules = tollgate::config::RuleSet::from_toml(
+    ///     "[limits.api]\nrate = \"10/min\"\nplans = { pro = \"1000/min\", enterprise = { unlimited = true } }\n",
+    /// )?;
+    /// let api = rules.get("api").unwrap();
+    /// assert_eq!(api.plans().collect::<Vec<_>>(), ["enterprise", "pro"]);
+    /// assert_eq!(rules.plan_variant(api, "pro").unwrap().quotas()[0].burst(), 1000);
+    /// assert!(rules.plan_variant(api, "enterprise").unwrap().is_unlimited());
+    /// assert!(rules.plan_variant(api, "free").is_none());
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn plans(&self) -> impl Iterator<Item = &str> {
+        self.plans.iter().map(|(name, _)| &**name)
+    }
+
+    /// For a plan's variant of a rule (what [`RuleSet::plan_variant`](super::RuleSet::plan_variant)
+    /// returns), the plan; `None` for the rule itself.
+    pub fn plan(&self) -> Option<&str> {
+        self.plan.as_deref()
     }
 
     /// The normalised key (`""` for the root rule).

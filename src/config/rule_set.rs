@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::plans::Plans;
 use super::prefix::PrefixTable;
 use super::rule::{Rule, RuleId};
 use super::settings::{ReloadSettings, ResponseSettings, Settings, StoreSettings};
@@ -30,7 +31,13 @@ use crate::key::{ClientSettings, RouteSettings};
 /// ```
 #[derive(Debug)]
 pub struct RuleSet {
+    /// The rules a key can resolve to (sorted by key), then the variants of rules for
+    /// their plans.
     rules: Vec<Rule>,
+    /// How many of `rules` a key can resolve to.
+    resolvable: usize,
+    /// `[plans]` and the membership read from its sources.
+    plans: Arc<Plans>,
     table: PrefixTable,
     route: RouteSettings,
     client: ClientSettings,
@@ -50,17 +57,23 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
-    /// A rule set of `rules` (sorted by key) under `settings`, read from `files`.
+    /// A rule set of `rules` (sorted by key; then `variants`, the rules' plan variants)
+    /// under `settings`, read from `files`.
     pub(super) fn assemble(
-        rules: Vec<Rule>,
+        mut rules: Vec<Rule>,
+        variants: Vec<Rule>,
         settings: Settings,
         files: Vec<PathBuf>,
         next_id: u32,
         generation: u64,
     ) -> RuleSet {
+        let resolvable = rules.len();
+        rules.extend(variants);
         RuleSet {
-            table: PrefixTable::build(&rules),
+            table: PrefixTable::build(&rules[..resolvable]),
             rules,
+            resolvable,
+            plans: Arc::new(settings.plans),
             route: settings.route,
             client: settings.client,
             response: Arc::new(settings.response),
@@ -128,9 +141,32 @@ impl RuleSet {
         self.rules.get(index)
     }
 
-    /// All rules, sorted by key.
+    /// All rules, sorted by key (their plan variants are reached through
+    /// [`plan_variant`](Self::plan_variant)).
     pub fn rules(&self) -> &[Rule] {
+        &self.rules[..self.resolvable]
+    }
+
+    /// Every rule and plan variant, by index: what the limiter keeps counters for.
+    pub(crate) fn all_rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// `rule`'s variant for `plan`, if the rule has limits of its own for that plan.
+    pub fn plan_variant(&self, rule: &Rule, plan: &str) -> Option<&Rule> {
+        rule.plan_index(plan)
+            .and_then(|index| self.rules.get(index))
+    }
+
+    /// The index of the rule at `index` as `plan` has it: its variant's, or its own.
+    pub(crate) fn plan_index(&self, index: usize, plan: Option<&str>) -> usize {
+        plan.and_then(|plan| self.rules.get(index)?.plan_index(plan))
+            .unwrap_or(index)
+    }
+
+    /// `[plans]`: which plan a client is on.
+    pub fn plans(&self) -> &Plans {
+        &self.plans
     }
 
     /// How paths become routes.
@@ -179,7 +215,7 @@ impl RuleSet {
 
     /// The rule with normalised key `key`, if any.
     pub fn get(&self, key: &str) -> Option<&Rule> {
-        self.rules
+        self.rules()
             .binary_search_by(|rule| rule.key().cmp(key))
             .ok()
             .and_then(|index| self.rules.get(index))
@@ -189,7 +225,7 @@ impl RuleSet {
     /// rules whose kind of bucket changed).
     pub(crate) fn retired_since(&self, previous: &RuleSet) -> Vec<RuleId> {
         previous
-            .rules
+            .rules()
             .iter()
             .filter(|old| self.get(old.key()).is_none_or(|new| new.id() != old.id()))
             .map(Rule::id)

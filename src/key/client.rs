@@ -95,6 +95,46 @@ impl ClientId {
     }
 }
 
+/// The plan the application says a request's client is on (from its own customer table or
+/// authenticator): insert it into the request's extensions before the rate limit layer.
+/// It wins over `[plans]` membership and the plan header.
+///
+/// ```
+/// use tollgate::Limits;
+/// use tollgate::key::{ClientId, Plan};
+///
+/// let limits = Limits::from_toml(
+///     "[client]\nsources = [\"extension\"]\n[limits.reports]\nrate = \"1/min\"\nplans.pro = \"100/min\"\n",
+/// )?;
+/// let request = |user: &str, plan: Option<&'static str>| {
+///     let mut request = http::Request::get("/reports").body(()).unwrap();
+///     request.extensions_mut().insert(ClientId::new(user));
+///     if let Some(plan) = plan {
+///         request.extensions_mut().insert(Plan::new(plan));
+///     }
+///     request
+/// };
+/// let remaining = |user, plan| limits.check_request(&request(user, plan)).unwrap().into_inner().unwrap().remaining();
+/// assert_eq!(remaining("ada", Some("pro")), 99);
+/// assert_eq!(remaining("bob", None), 0, "without a plan, the rule's own 1/min");
+/// # Ok::<(), tollgate::config::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Plan(pub Cow<'static, str>);
+
+impl Plan {
+    /// The plan named `name` (as the rules' `plans` tables name it).
+    pub fn new(name: impl Into<Cow<'static, str>>) -> Plan {
+        Plan(name.into())
+    }
+}
+
+/// Whether `request` came straight from one of `trusted`: whether a header it carries
+/// may be believed as an authenticator's (a plan header, say).
+pub(crate) fn from_trusted_proxy<B>(request: &Request<B>, trusted: &TrustedProxies) -> bool {
+    !trusted.is_empty() && peer_ip(request).is_some_and(|peer| trusted.contains(peer))
+}
+
 /// Where a client identity comes from: one entry of `[client] sources`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -13,10 +13,11 @@ mod forwarded;
 mod parts;
 mod path;
 
-pub(crate) use client::SegmentBuffer;
 pub use client::{
-    Client, ClientId, ClientSettings, ClientSource, MAX_HEADER_IDENTITY, PeerAddr, encode_segment,
+    Client, ClientId, ClientSettings, ClientSource, MAX_HEADER_IDENTITY, PeerAddr, Plan,
+    encode_segment,
 };
+pub(crate) use client::{SegmentBuffer, from_trusted_proxy};
 pub use forwarded::TrustedProxies;
 pub use parts::{ABSENT, KeyPart, KeyParts, KeyPartsError, MAX_PART};
 pub use path::{RouteSettings, normalize_route};

@@ -19,7 +19,7 @@ impl Active {
     /// `rules`, counting into the metrics recorder installed now and into `traffic`.
     pub(crate) fn new(rules: RuleSet, traffic: &Traffic) -> Active {
         let counters = rules
-            .rules()
+            .all_rules()
             .iter()
             .map(|rule| {
                 (!rule.is_unlimited()).then(|| {

@@ -2,6 +2,8 @@
 //! user's own code — decides through these methods. A decision reads the rule snapshot once,
 //! the clock once, and asks the store once.
 
+use std::borrow::Cow;
+
 use http::Request;
 
 use super::Active;
@@ -139,6 +141,37 @@ impl<St: Store> Limits<St> {
         )
     }
 
+    /// Takes `cost` tokens (the rule's, if `None`) for `key` under `plan`'s limits, as if
+    /// the client were on that plan whatever `[plans]` says: what `TG.CHECK … PLAN`
+    /// does. `plan = None` leaves the choice to `[plans]` (membership, then the default),
+    /// as [`check`](Self::check) does.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limits = tollgate::Limits::from_toml(
+    ///     "[limits.api]\nrate = \"10/min\"\nplans.pro = \"1000/min\"\n",
+    /// )?;
+    /// assert_eq!(limits.check_plan("api/user-42", Some(1), Some("pro")).await?.remaining(), 999);
+    /// // The same bucket: what was spent under "pro" stays spent, capped at the rule's burst.
+    /// assert_eq!(limits.check_plan("api/user-42", Some(1), None).await?.remaining(), 8);
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_plan(
+        &self,
+        key: &str,
+        cost: Option<u64>,
+        plan: Option<&str>,
+    ) -> Result<Decision, StoreError> {
+        self.planned_decision(key, CheckMode::Consume, cost, self.now(), plan)
+            .await
+    }
+
+    /// [`peek`](Self::peek) as if the client were on `plan` (`None`: as `[plans]` says).
+    pub async fn peek_plan(&self, key: &str, plan: Option<&str>) -> Result<Decision, StoreError> {
+        self.planned_decision(key, CheckMode::Peek, None, self.now(), plan)
+            .await
+    }
+
     async fn key_decision(
         &self,
         key: &str,
@@ -146,12 +179,36 @@ impl<St: Store> Limits<St> {
         cost: Option<u64>,
         at: Timestamp,
     ) -> Result<Decision, StoreError> {
+        self.planned_decision(key, mode, cost, at, None).await
+    }
+
+    async fn planned_decision(
+        &self,
+        key: &str,
+        mode: CheckMode,
+        cost: Option<u64>,
+        at: Timestamp,
+        plan: Option<&str>,
+    ) -> Result<Decision, StoreError> {
         let (route, client) = key.rsplit_once('/').unwrap_or(("", key));
         let client = Client::from_segment(client);
         let future = {
             let rules = self.rules();
             let route = normalize_route(route, rules.route_settings());
             let found = rules.resolve_with(&route, || client.to_string().into());
+            let found = found.map(|index| match rules.rule(index) {
+                Some(rule) if rule.has_plans() => {
+                    let chosen = match plan {
+                        Some(plan) => Some(Cow::Borrowed(plan)),
+                        None => rules
+                            .plans()
+                            .for_identity(|| client.to_string().into())
+                            .map(|(plan, _)| plan),
+                    };
+                    rules.plan_index(index, chosen.as_deref())
+                }
+                _ => index,
+            });
             match found.and_then(|index| rules.rule(index)) {
                 Some(rule) => match self.start_check(rule, &client, mode, cost, at) {
                     Some(future) => (future, rule.name_arc(), rule.is_shadow()),
@@ -205,9 +262,23 @@ impl<St: Store> Limits<St> {
         let client = Client::identify(request, rules.client_settings());
         let mut buffer = SegmentBuffer::default();
         let found = rules.resolve_with(&route, || client.segment(&mut buffer).into());
-        let Some((index, rule)) = found.and_then(|index| Some((index, rules.rule(index)?))) else {
+        let Some((mut index, mut rule)) = found.and_then(|index| Some((index, rules.rule(index)?)))
+        else {
             return Plan::Pass(None);
         };
+        if rule.has_plans() {
+            let plan = rules
+                .plans()
+                .choose(request, rules.client_settings(), || {
+                    client.segment(&mut buffer).to_owned().into()
+                })
+                .map(|(plan, _)| plan);
+            index = rules.plan_index(index, plan.as_deref());
+            let Some(variant) = rules.rule(index) else {
+                return Plan::Pass(None);
+            };
+            rule = variant;
+        }
         let permit = if concurrency {
             match self.enter(rule, rules.counters(index), &client) {
                 Entry::Free => None,

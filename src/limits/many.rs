@@ -31,6 +31,7 @@ pub struct KeyCheck<'k> {
     route: &'k str,
     last: &'k str,
     cost: Option<u64>,
+    plan: Option<&'k str>,
 }
 
 impl<'k> KeyCheck<'k> {
@@ -40,6 +41,15 @@ impl<'k> KeyCheck<'k> {
             route,
             last,
             cost: None,
+            plan: None,
+        }
+    }
+
+    /// Decides under the rule's limits for `plan`, whatever `[plans]` would choose.
+    pub fn plan(self, plan: &'k str) -> KeyCheck<'k> {
+        KeyCheck {
+            plan: Some(plan),
+            ..self
         }
     }
 
@@ -129,6 +139,7 @@ impl<St: Store> Limits<St> {
                 route,
                 last,
                 cost: *cost,
+                plan: None,
             })
             .collect();
         self.check_keys(&keys, BucketBy::LastSegment).await
@@ -166,6 +177,19 @@ impl<St: Store> Limits<St> {
         let mut limited = Vec::new();
         for (at, key) in keys.iter().enumerate() {
             let found = rules.resolve_with(key.route, || key.last.into());
+            let found = found.map(|index| match rules.rule(index) {
+                Some(rule) if rule.has_plans() => {
+                    let plan = match key.plan {
+                        Some(plan) => Some(plan.into()),
+                        None => rules
+                            .plans()
+                            .for_identity(|| key.last.into())
+                            .map(|(plan, _)| plan),
+                    };
+                    rules.plan_index(index, plan.as_deref())
+                }
+                _ => index,
+            });
             match found.and_then(|index| Some((index, rules.rule(index)?))) {
                 // A rule with a concurrency cap alone has no rate to check here.
                 Some((index, rule)) if !rule.is_unlimited() && !rule.quotas().is_empty() => limited
@@ -293,11 +317,7 @@ mod tests {
 
     async fn by_remainder(limits: &Limits, key: &str) -> Decision {
         let (route, last) = key.rsplit_once('/').unwrap();
-        let check = KeyCheck {
-            route,
-            last,
-            cost: None,
-        };
+        let check = KeyCheck::new(route, last);
         limits
             .check_keys(&[check], BucketBy::Remainder)
             .await

@@ -12,9 +12,10 @@ use parking_lot::Mutex;
 use super::poll::{self, Poller};
 use super::watch::FileWatcher;
 use super::{ReloadEvent, ReloadStatus, Reloaded, WatchError};
+use crate::config::MAX_MEMBERS_BYTES;
 use crate::config::extension::Extensions;
 use crate::config::source::{
-    Cache, ConfigSource, Fetched, Fetcher, RemoteUrl, SourceText, read_file,
+    Cache, ConfigSource, Fetched, Fetcher, RemoteUrl, SourceText, read_file, read_file_up_to,
 };
 use crate::config::{ConfigError, ReloadSettings, RuleId, RuleSet, Validator};
 
@@ -66,18 +67,23 @@ pub(crate) struct Reloader {
 struct Background {
     _files: Option<FileWatcher>,
     _poll: Option<Poller>,
+    /// What a change calls, kept to watch again when the membership sources change.
+    changed: Option<Changed>,
 }
+
+/// What the watcher and the poller call: the reload, returning the wait until the next poll.
+type Changed = Arc<dyn Fn(Trigger) -> Option<Duration> + Send + Sync>;
 
 struct State {
     sources: Vec<Tracked>,
     /// The texts the active rules were compiled from; `None` before the first apply.
-    applied: Option<Vec<String>>,
+    applied: Option<Vec<Fingerprint>>,
     /// Each source's text as applied (parallel to `sources`): what the reload history
     /// compares to name the sources a reload changed.
-    applied_each: Vec<Option<String>>,
+    applied_each: Vec<Option<Fingerprint>>,
     /// The texts last refused: not compiled, nor reported, again until they change or a
     /// reload is forced.
-    refused: Option<Vec<String>>,
+    refused: Option<Vec<Fingerprint>>,
     /// The last reload failure reported, so that the same one is not reported twice.
     reported: Option<String>,
     /// The active rules' `[reload]` table (read from local files).
@@ -94,6 +100,8 @@ struct Tracked {
     cached: bool,
     /// Fetches failed in a row (URLs only), for backoff.
     failing: u32,
+    /// A `[plans] members` table, named by the rules rather than given to the limiter.
+    members: bool,
 }
 
 impl Reloader {
@@ -132,13 +140,7 @@ impl Reloader {
         }
         let tracked = sources
             .into_iter()
-            .map(|source| Tracked {
-                source,
-                text: None,
-                validator: None,
-                cached: false,
-                failing: 0,
-            })
+            .map(|source| Tracked::new(source, false))
             .collect();
         let reloader = Reloader::with(tracked, ReloadSettings::default());
         {
@@ -159,6 +161,8 @@ impl Reloader {
                     reloader.fetch_first(&mut state, index)?;
                 }
             }
+            reloader.sync_members(&mut state);
+            reloader.read_unread_members(&mut state)?;
         }
         let texts = reloader
             .state
@@ -188,14 +192,8 @@ impl Reloader {
     /// Records that the texts `open` returned compiled into `rules`, which are now active.
     pub(crate) fn opened(&self, rules: &RuleSet) {
         let mut state = self.state.lock();
-        state.applied = Some(
-            state
-                .sources
-                .iter()
-                .filter_map(|t| t.text.clone())
-                .collect(),
-        );
-        state.applied_each = state.sources.iter().map(|t| t.text.clone()).collect();
+        state.applied = Some(fingerprints(&state));
+        state.applied_each = each_fingerprint(&state);
         state.settings = rules.reload().clone();
         write_cache(&mut state);
     }
@@ -231,15 +229,18 @@ impl Reloader {
                 }
             }
         }
+        let rewatch = self.sync_members(&mut state);
+        if let Err(error) = self.read_unread_members(&mut state) {
+            unreadable.get_or_insert(error);
+        }
+        if rewatch {
+            self.rewatch(&state);
+        }
         if let Some(error) = unreadable {
             state.refused = None;
             return Err(self.refuse(&mut state, error, trigger));
         }
-        let texts: Vec<String> = state
-            .sources
-            .iter()
-            .filter_map(|t| t.text.clone())
-            .collect();
+        let texts = fingerprints(&state);
         if state.applied.as_ref() == Some(&texts) {
             // Back to what is applied: whatever failed since is no longer there.
             state.refused = None;
@@ -271,7 +272,7 @@ impl Reloader {
         state.settings = next.reload().clone();
         target.install(next, &retired);
         state.applied = Some(texts);
-        state.applied_each = state.sources.iter().map(|t| t.text.clone()).collect();
+        state.applied_each = each_fingerprint(&state);
         state.refused = None;
         state.reported = None;
         write_cache(&mut state);
@@ -314,9 +315,7 @@ impl Reloader {
 
     /// How long until the next poll: the interval, backed off after failures, jittered.
     pub(crate) fn next_poll(&self) -> Duration {
-        let state = self.state.lock();
-        let failing = state.sources.iter().map(|t| t.failing).max().unwrap_or(0);
-        poll::next_wait(state.settings.poll_interval, failing, poll::random())
+        next_poll(&self.state.lock())
     }
 
     /// Starts watching: the files' directories, and a poller if there are URLs. `changed`
@@ -327,20 +326,13 @@ impl Reloader {
         &self,
         changed: impl Fn(Trigger) -> Option<Duration> + Send + Sync + 'static,
     ) -> Result<(), WatchError> {
-        let changed = Arc::new(changed);
-        let (files, remote): (Vec<PathBuf>, bool) = {
+        let changed: Changed = Arc::new(changed);
+        let (files, remote, poll) = {
             let state = self.state.lock();
-            let files = state
-                .sources
-                .iter()
-                .filter_map(|t| match &t.source {
-                    ConfigSource::File(path) => Some(path.clone()),
-                    ConfigSource::Url(_) => None,
-                })
-                .collect();
-            (files, state.sources.iter().any(|t| t.source.is_remote()))
+            (watched_files(&state), has_remote(&state), next_poll(&state))
         };
         let mut background = self.background.lock();
+        background.changed = Some(Arc::clone(&changed));
         if !files.is_empty() {
             let changed = Arc::clone(&changed);
             background._files = Some(FileWatcher::start(&files, move || {
@@ -348,11 +340,98 @@ impl Reloader {
             })?);
         }
         if remote {
-            background._poll = Some(Poller::start(self.next_poll(), move || {
+            background._poll = Some(Poller::start(poll, move || changed(Trigger::Poll)));
+        }
+        Ok(())
+    }
+
+    /// Watches again after the membership sources changed: the files they name now, and a
+    /// poller if a URL is among them (if watching at all).
+    fn rewatch(&self, state: &State) {
+        let mut background = self.background.lock();
+        let Some(changed) = background.changed.clone() else {
+            return;
+        };
+        let files = watched_files(state);
+        let callback = Arc::clone(&changed);
+        match FileWatcher::start(&files, move || {
+            let _ = callback(Trigger::Files);
+        }) {
+            Ok(watcher) => background._files = Some(watcher),
+            Err(error) => tracing::warn!(%error, "cannot watch the new membership files"),
+        }
+        if has_remote(state) && background._poll.is_none() {
+            background._poll = Some(Poller::start(next_poll(state), move || {
                 changed(Trigger::Poll)
             }));
         }
-        Ok(())
+    }
+
+    /// Brings the tracked membership sources in line with what the rules' `[plans] members`
+    /// name now (kept in order, after the rule sources; those already tracked keep their
+    /// text). Whether the files to watch changed.
+    fn sync_members(&self, state: &mut State) -> bool {
+        let texts: Vec<SourceText> = state
+            .sources
+            .iter()
+            .filter(|t| !t.members)
+            .filter_map(Tracked::source_text)
+            .collect();
+        let wanted = crate::config::membership_sources(&texts);
+        let current: Vec<&ConfigSource> = state
+            .sources
+            .iter()
+            .filter(|t| t.members)
+            .map(|t| &t.source)
+            .collect();
+        if current.iter().copied().eq(wanted.iter()) {
+            return false;
+        }
+        let rules = state.sources.iter().filter(|t| !t.members).count();
+        let mut old: Vec<Tracked> = state.sources.drain(rules..).collect();
+        for source in wanted {
+            let tracked = match old.iter().position(|t| t.source == source) {
+                Some(at) => old.swap_remove(at),
+                None => Tracked::new(source, true),
+            };
+            state.sources.push(tracked);
+        }
+        state.applied_each.truncate(rules);
+        let names: Vec<ConfigSource> = state.sources.iter().map(|t| t.source.clone()).collect();
+        self.status.send_modify(|status| {
+            let kept = std::mem::take(&mut status.sources);
+            status.sources = names
+                .iter()
+                .map(|source| {
+                    kept.iter()
+                        .find(|s| s.name == source.name())
+                        .cloned()
+                        .unwrap_or_else(|| super::SourceStatus::new(source))
+                })
+                .collect();
+            status.files = names.iter().map(|s| s.name().to_path_buf()).collect();
+        });
+        true
+    }
+
+    /// Reads (or fetches, falling back to the cache) each membership source not read yet.
+    fn read_unread_members(&self, state: &mut State) -> Result<(), ConfigError> {
+        let mut first_error = None;
+        for index in 0..state.sources.len() {
+            let tracked = &state.sources[index];
+            if !tracked.members || tracked.text.is_some() {
+                continue;
+            }
+            let read = if tracked.source.is_remote() {
+                self.fetch_first(state, index)
+            } else {
+                self.read_file_into(&mut state.sources, index)
+            };
+            if let Err(error) = read {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Reads file source `index` into its `text`, counting the read.
@@ -361,7 +440,11 @@ impl Reloader {
             return Ok(());
         };
         metrics::counter!("tollgate_config_reads_total", "kind" => "file").increment(1);
-        let read = read_file(path);
+        let read = if sources[index].members {
+            read_file_up_to(path, MAX_MEMBERS_BYTES)
+        } else {
+            read_file(path)
+        };
         let tracked = &mut sources[index];
         self.status.send_modify(|status| {
             if let Some(source) = status.sources.get_mut(index) {
@@ -563,11 +646,79 @@ impl Reloader {
 }
 
 impl Tracked {
-    fn source_text(&self) -> Option<SourceText> {
-        self.text
-            .as_ref()
-            .map(|text| SourceText::of(&self.source, text.clone()))
+    fn new(source: ConfigSource, members: bool) -> Tracked {
+        Tracked {
+            source,
+            text: None,
+            validator: None,
+            cached: false,
+            failing: 0,
+            members,
+        }
     }
+
+    fn source_text(&self) -> Option<SourceText> {
+        self.text.as_ref().map(|text| {
+            let mut read = SourceText::of(&self.source, text.clone());
+            read.members = self.members;
+            read
+        })
+    }
+}
+
+/// What tells one text from another without keeping a copy (a membership table may hold
+/// tens of megabytes): its length and a 64-bit hash of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fingerprint(usize, u64);
+
+impl Fingerprint {
+    fn of(text: &str) -> Fingerprint {
+        use std::hash::BuildHasher as _;
+        Fingerprint(
+            text.len(),
+            foldhash::quality::FixedState::default().hash_one(text),
+        )
+    }
+}
+
+/// The fingerprints of the texts read, in order (sources not read are left out).
+fn fingerprints(state: &State) -> Vec<Fingerprint> {
+    state
+        .sources
+        .iter()
+        .filter_map(|t| t.text.as_deref().map(Fingerprint::of))
+        .collect()
+}
+
+/// Each source's fingerprint, `None` where it has not been read.
+fn each_fingerprint(state: &State) -> Vec<Option<Fingerprint>> {
+    state
+        .sources
+        .iter()
+        .map(|t| t.text.as_deref().map(Fingerprint::of))
+        .collect()
+}
+
+/// The local files among the sources.
+fn watched_files(state: &State) -> Vec<PathBuf> {
+    state
+        .sources
+        .iter()
+        .filter_map(|t| match &t.source {
+            ConfigSource::File(path) => Some(path.clone()),
+            ConfigSource::Url(_) => None,
+        })
+        .collect()
+}
+
+fn has_remote(state: &State) -> bool {
+    state.sources.iter().any(|t| t.source.is_remote())
+}
+
+/// How long until the next poll: the interval, backed off after failures, jittered.
+fn next_poll(state: &State) -> Duration {
+    let failing = state.sources.iter().map(|t| t.failing).max().unwrap_or(0);
+    poll::next_wait(state.settings.poll_interval, failing, poll::random())
 }
 
 /// The sources whose text differs from what is applied (a read that failed counts: its
@@ -578,7 +729,8 @@ fn changed_sources(state: &State) -> Vec<PathBuf> {
         .iter()
         .enumerate()
         .filter(|(index, tracked)| {
-            state.applied_each.get(*index) != Some(&tracked.text) || tracked.text.is_none()
+            state.applied_each.get(*index) != Some(&tracked.text.as_deref().map(Fingerprint::of))
+                || tracked.text.is_none()
         })
         .map(|(_, tracked)| tracked.source.name().to_path_buf())
         .collect()

@@ -178,20 +178,24 @@ impl ReloadStatus {
             last_error: None,
             last_error_at: None,
             failures: 0,
-            sources: sources
-                .iter()
-                .map(|source| SourceStatus {
-                    name: source.name().to_path_buf(),
-                    remote: source.is_remote(),
-                    last_read_at: None,
-                    validator: None,
-                    last_error: None,
-                    last_error_at: None,
-                    reads: 0,
-                    from_cache: false,
-                })
-                .collect(),
+            sources: sources.iter().map(SourceStatus::new).collect(),
             history: std::collections::VecDeque::new(),
+        }
+    }
+}
+
+impl SourceStatus {
+    /// The status of `source`, not read yet.
+    pub(crate) fn new(source: &ConfigSource) -> SourceStatus {
+        SourceStatus {
+            name: source.name().to_path_buf(),
+            remote: source.is_remote(),
+            last_read_at: None,
+            validator: None,
+            last_error: None,
+            last_error_at: None,
+            reads: 0,
+            from_cache: false,
         }
     }
 }

@@ -16,6 +16,7 @@ mod in_flight;
 mod key_parts;
 mod layer_http;
 mod modes;
+mod plans;
 mod redis_backend;
 mod redis_cluster;
 mod redis_headers;

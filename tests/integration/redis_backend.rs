@@ -34,9 +34,11 @@ enum Step {
     Peek(&'static str),
     /// Replace the `[limits]` table and reload.
     Reload(&'static str),
+    /// `check_plan(key, cost, plan)`: as if the client were on that plan.
+    OnPlan(&'static str, u64, &'static str),
 }
 
-use Step::{Check, Peek, Reload, Wait};
+use Step::{Check, OnPlan, Peek, Reload, Wait};
 
 /// The shared test matrix: each scenario is a `[limits]` table and a sequence of steps.
 fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
@@ -188,6 +190,23 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
                 Check("g", 1),
             ],
         ),
+        (
+            "plans share one bucket: a move keeps what was spent, capped at the new burst",
+            "api = { rate = \"10/min\", plans = { pro = \"100/min\", tiny = \"3/min\" } }\n",
+            vec![
+                OnPlan("api/p", 40, "pro"),
+                OnPlan("api/p", 1, "pro"),
+                Check("api/p", 1),
+                Wait(6_000),
+                Check("api/p", 1),
+                OnPlan("api/p", 1, "pro"),
+                OnPlan("api/p", 1, "tiny"),
+                Wait(20_000),
+                OnPlan("api/p", 1, "tiny"),
+                OnPlan("api/p", 2, "tiny"),
+                Peek("api/p"),
+            ],
+        ),
     ]
 }
 
@@ -208,6 +227,13 @@ async fn run<St: Store>(
                 decisions.push((format!("{step:?}"), decision));
             }
             Peek(key) => decisions.push((format!("{step:?}"), limits.peek(key).await.unwrap())),
+            OnPlan(key, cost, plan) => {
+                let decision = limits
+                    .check_plan(key, Some(cost), Some(plan))
+                    .await
+                    .unwrap();
+                decisions.push((format!("{step:?}"), decision));
+            }
             Reload(rules) => {
                 write(config, &format!("{store}[limits]\n{rules}"));
                 limits.reload().unwrap();

@@ -4,6 +4,12 @@
 //!
 //! The key is already in matching form: it is not percent-decoded again (a `/` in a value
 //! stays `%2F`), and the route is folded to lower case if `[key] case_insensitive` says so.
+//!
+//! An entry whose key is [`PLAN_ENTRY`] (`tollgate.plan`: a name no descriptor of one's
+//! own would use, so that existing `plan` entries keep their meaning) is not part of the
+//! key: its value is the plan the descriptor's client is on, choosing the rule's limits for
+//! that plan (as an authenticator's plan header does over HTTP). Without one, `[plans]`
+//! membership (by the last value) or its default chooses.
 
 use tonic::Status;
 
@@ -13,6 +19,9 @@ use super::proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate::KeyCheck;
 use tollgate::key::encode_segment;
 
+/// The descriptor entry that names a plan rather than a part of the key.
+pub(super) const PLAN_ENTRY: &str = "tollgate.plan";
+
 /// One descriptor's key and cost.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct DescriptorKey {
@@ -21,6 +30,8 @@ pub(super) struct DescriptorKey {
     /// Where the last segment starts.
     last: usize,
     cost: u64,
+    /// The value of its `plan` entry.
+    plan: Option<String>,
 }
 
 impl DescriptorKey {
@@ -33,7 +44,11 @@ impl DescriptorKey {
     /// The key as [`Limits::check_keys`](tollgate::Limits) takes it.
     pub(super) fn check(&self) -> KeyCheck<'_> {
         let (route, last) = self.key.split_at(self.last);
-        KeyCheck::new(route.strip_suffix('/').unwrap_or(route), last).cost(self.cost)
+        let check = KeyCheck::new(route.strip_suffix('/').unwrap_or(route), last).cost(self.cost);
+        match &self.plan {
+            Some(plan) => check.plan(plan),
+            None => check,
+        }
     }
 }
 
@@ -66,24 +81,37 @@ pub(super) fn keys(
         .enumerate()
         .map(|(at, descriptor)| {
             descriptor_key(&request.domain, descriptor, options, fold_case)
-                .map(|(key, last)| DescriptorKey {
+                .map(|(key, last, plan)| DescriptorKey {
                     key,
                     last,
                     cost: descriptor.hits_addend.unwrap_or(request_cost),
+                    plan,
                 })
                 .map_err(|message| Status::invalid_argument(format!("descriptor {at}: {message}")))
         })
         .collect()
 }
 
-/// `domain/k1/v1/…` and where its last segment starts, or what is wrong.
+/// `domain/k1/v1/…`, where its last segment starts and the plan its `plan` entry names, or
+/// what is wrong.
 fn descriptor_key(
     domain: &str,
     descriptor: &RateLimitDescriptor,
     options: &GrpcOptions,
     fold_case: bool,
-) -> Result<(String, usize), String> {
-    let entries = &descriptor.entries;
+) -> Result<(String, usize, Option<String>), String> {
+    let mut plan = None;
+    let mut entries = Vec::with_capacity(descriptor.entries.len());
+    for entry in &descriptor.entries {
+        if entry.key == PLAN_ENTRY {
+            if entry.value.is_empty() || entry.value.len() > 64 || plan.is_some() {
+                return Err("a plan entry must be given once, with a name of 1 to 64 bytes".into());
+            }
+            plan = Some(entry.value.clone());
+        } else {
+            entries.push(entry);
+        }
+    }
     if entries.is_empty() {
         return Err("no entries".into());
     }
@@ -116,7 +144,7 @@ fn descriptor_key(
             }
             let last = key.len();
             push_segment(&mut key, &entry.value);
-            return Ok((key, last));
+            return Ok((key, last, plan));
         }
         push_segment(&mut key, &entry.value);
     }

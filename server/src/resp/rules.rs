@@ -1,15 +1,17 @@
 //! tollgate's own commands, over the live TOML rules the HTTP layer uses:
 //!
 //! ```text
-//! TG.CHECK key [COST n]   → [1|0, remaining, retry-after ms, reset ms, rule]
-//! TG.PEEK key             → the same, taking nothing
-//! TG.EXPLAIN key          → key, route, client, rule, bucket, each prefix tried, and the
-//!                           key's parts beside the route ([key] parts)
+//! TG.CHECK key [COST n] [PLAN p] → [1|0, remaining, retry-after ms, reset ms, rule]
+//! TG.PEEK key [PLAN p]           → the same, taking nothing
+//! TG.EXPLAIN key [PLAN p]        → key, route, client, rule, bucket, each prefix tried, the
+//!                                  key's parts beside the route ([key] parts), the plan
 //! ```
 //!
 //! `key` is a request key, `route/client` (`api/search/203.0.113.7`). `COST` defaults to the
-//! rule's `cost`, as for a request through the layer. `remaining` is -1 and `rule` null when
-//! no rule limits the key. Times are whole milliseconds, rounded up.
+//! rule's `cost`, as for a request through the layer. `PLAN` decides as if the client were
+//! on that plan; without it, `[plans]` membership (by the key's client) or its default
+//! chooses, as for a request. `remaining` is -1 and `rule` null when no rule limits the
+//! key. Times are whole milliseconds, rounded up.
 
 use tollgate::Decision;
 use tollgate::Limits;
@@ -29,20 +31,14 @@ pub(super) async fn check<St: Store>(
     let Some(key) = key(args, reply) else {
         return;
     };
-    let result = match (take, args.get(1..)) {
-        (false, _) => limits.peek(key).await,
-        (true, Some([])) => limits.check_rule_cost(key).await,
-        (true, Some([option, value])) if option.eq_ignore_ascii_case(b"cost") => {
-            match integer(Some(value))
-                .ok()
-                .and_then(|n| u64::try_from(n).ok())
-                .filter(|&n| n >= 1)
-            {
-                Some(cost) => limits.check(key, cost).await,
-                None => return reply.error(INVALID_INTEGER),
-            }
-        }
-        _ => return reply.error(SYNTAX_ERROR),
+    let Some(options) = Options::parse(args.get(1..).unwrap_or_default(), take, reply) else {
+        return;
+    };
+    let plan = options.plan;
+    let result = if take {
+        limits.check_plan(key, options.cost, plan).await
+    } else {
+        limits.peek_plan(key, plan).await
     };
     // A rule with on_limit = "delay" answers when the request's turn comes.
     if let Ok(decision) = &result
@@ -52,6 +48,50 @@ pub(super) async fn check<St: Store>(
         tokio::time::sleep(decision.delay()).await;
     }
     answer(result, reply);
+}
+
+/// `COST n` and `PLAN p`, in any order, each at most once.
+#[derive(Default)]
+struct Options<'a> {
+    cost: Option<u64>,
+    plan: Option<&'a str>,
+}
+
+impl<'a> Options<'a> {
+    /// The options in `args`, or `None` with the error replied. `COST` only if `cost`.
+    fn parse(args: &[&'a [u8]], cost: bool, reply: &mut Reply<'_>) -> Option<Options<'a>> {
+        let mut options = Options::default();
+        for pair in args.chunks(2) {
+            let [name, value] = pair else {
+                reply.error(SYNTAX_ERROR);
+                return None;
+            };
+            if cost && name.eq_ignore_ascii_case(b"cost") && options.cost.is_none() {
+                let Some(n) = integer(Some(value))
+                    .ok()
+                    .and_then(|n| u64::try_from(n).ok())
+                    .filter(|&n| n >= 1)
+                else {
+                    reply.error(INVALID_INTEGER);
+                    return None;
+                };
+                options.cost = Some(n);
+            } else if name.eq_ignore_ascii_case(b"plan") && options.plan.is_none() {
+                let Some(plan) = std::str::from_utf8(value)
+                    .ok()
+                    .filter(|p| !p.is_empty() && p.len() <= 64)
+                else {
+                    reply.error("ERR the plan must be a name of 1 to 64 bytes");
+                    return None;
+                };
+                options.plan = Some(plan);
+            } else {
+                reply.error(SYNTAX_ERROR);
+                return None;
+            }
+        }
+        Some(options)
+    }
 }
 
 fn answer(result: Result<Decision, StoreError>, reply: &mut Reply<'_>) {
@@ -85,11 +125,14 @@ pub(super) fn explain<St: Store>(limits: &Limits<St>, args: &[&[u8]], reply: &mu
     let Some(key) = key(args, reply) else {
         return;
     };
+    let Some(options) = Options::parse(args.get(1..).unwrap_or_default(), false, reply) else {
+        return;
+    };
     let rules = limits.rules();
     let (route, client) = key.rsplit_once('/').unwrap_or(("", key));
     let route = normalize_route(route, rules.route_settings());
-    let why = rules.explain(&route, client);
-    reply.map(8);
+    let why = rules.explain_as(&route, client, options.plan);
+    reply.map(10);
     reply.bulk(b"key");
     reply.bulk(why.key.as_bytes());
     reply.bulk(b"route");
@@ -120,6 +163,16 @@ pub(super) fn explain<St: Store>(limits: &Limits<St>, args: &[&[u8]], reply: &mu
         reply.array(2);
         reply.bulk(part.part.as_bytes());
         reply.bulk(part.value.as_bytes());
+    }
+    reply.bulk(b"plan");
+    match &why.plan {
+        Some(plan) => reply.bulk(plan.as_bytes()),
+        None => reply.null(),
+    }
+    reply.bulk(b"limit");
+    match &why.limit {
+        Some(limit) => reply.bulk(limit.as_bytes()),
+        None => reply.null(),
     }
 }
 

@@ -163,26 +163,34 @@ pub(super) const COMMANDS: [Spec; 20] = [
         "tg.check",
         Arity {
             min: 1,
-            max: 3,
+            max: 5,
             step: 2,
         },
         "write",
         Handler::Check,
-        "TG.CHECK key [COST n]: decide the key by the live rules; [1|0, remaining, retry-after ms, reset ms, rule]",
+        "TG.CHECK key [COST n] [PLAN p]: decide the key by the live rules (as if on plan p); [1|0, remaining, retry-after ms, reset ms, rule]",
     ),
     spec(
         "tg.peek",
-        Arity::exactly(1),
+        Arity {
+            min: 1,
+            max: 3,
+            step: 2,
+        },
         "readonly",
         Handler::Peek,
-        "TG.PEEK key: TG.CHECK taking nothing",
+        "TG.PEEK key [PLAN p]: TG.CHECK taking nothing",
     ),
     spec(
         "tg.explain",
-        Arity::exactly(1),
+        Arity {
+            min: 1,
+            max: 3,
+            step: 2,
+        },
         "readonly",
         Handler::Explain,
-        "TG.EXPLAIN key: which rule and bucket the key uses, and why",
+        "TG.EXPLAIN key [PLAN p]: which rule, plan and bucket the key uses, and why",
     ),
     spec(
         "ping",
@@ -267,11 +275,12 @@ mod tests {
     fn arities_read_as_redis_writes_them() {
         let arity = |name: &str| find(name).unwrap().1.arity;
         assert_eq!(arity("rl.reduce").redis(), -4);
-        assert_eq!(arity("tg.peek").redis(), 2);
+        assert_eq!(arity("tg.peek").redis(), -2);
         assert_eq!(arity("reset").redis(), 1);
         assert_eq!(arity("ping").redis(), -1);
         let check = arity("tg.check");
         assert!(check.accepts(1) && !check.accepts(2) && check.accepts(3) && !check.accepts(4));
+        assert!(check.accepts(5) && !check.accepts(6), "COST and PLAN");
         assert!(arity("rl.get").accepts(8) && !arity("rl.get").accepts(9));
     }
 

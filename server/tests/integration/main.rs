@@ -20,6 +20,7 @@ mod grpc_protos;
 mod in_flight;
 mod metrics;
 mod observability;
+mod plans;
 mod probes;
 mod redis_acl;
 mod remote_config;

@@ -15,6 +15,7 @@ use toml::Spanned;
 
 mod concurrency;
 mod limit;
+mod plans;
 mod shaping;
 
 use super::error::{ConfigError, Diagnostic};
@@ -61,7 +62,9 @@ impl RuleSet {
     ) -> Result<RuleSet, Vec<Diagnostic>> {
         let mut diagnostics = Vec::new();
         let mut parsed = Vec::new();
-        for source in sources {
+        let (members, sources): (Vec<&SourceText>, Vec<&SourceText>) =
+            sources.iter().partition(|source| source.members);
+        for source in sources.iter().copied() {
             // Refused rather than read as "no rules": an empty file is far more often a save
             // caught half-way, or a truncated deploy, than a wish to lift every limit.
             if source.text.trim().is_empty() {
@@ -84,6 +87,9 @@ impl RuleSet {
         for (source, raw) in &parsed {
             settings.apply(source, raw, &mut diagnostics);
         }
+        settings
+            .plans
+            .read_members(&members, previous.map(RuleSet::plans), &mut diagnostics);
 
         // Rules: normalise with the final [key] settings, later files replacing earlier.
         let mut chosen: BTreeMap<String, (&SourceText, &Spanned<String>, &Spanned<RawRule>)> =
@@ -125,11 +131,13 @@ impl RuleSet {
         }
 
         let mut rules = Vec::with_capacity(chosen.len());
+        let mut variants = Vec::new();
         let mut next_id = previous.map_or(0, RuleSet::next_id);
         for (key, (source, raw_key, rule)) in chosen {
             let Some(limit) = limit::compile_limit(source, raw_key, rule, &mut diagnostics) else {
                 continue;
             };
+            let plans = plans::compile_plans(source, raw_key, rule, &mut diagnostics);
             let inherited = previous
                 .and_then(|set| set.get(&key))
                 .filter(|old| old.limit().bucket_kind() == limit.bucket_kind())
@@ -141,7 +149,7 @@ impl RuleSet {
                 id
             });
             let origin = source.at(raw_key.span(), "");
-            rules.push(Rule::new(
+            let rule = Rule::new(
                 key,
                 id,
                 limit,
@@ -149,19 +157,35 @@ impl RuleSet {
                     file: origin.file,
                     line: origin.line,
                 },
-            ));
+            );
+            for (plan, limit) in plans {
+                variants.push((rules.len(), rule.for_plan(plan, limit)));
+            }
+            rules.push(rule);
         }
         if !diagnostics.is_empty() {
             return Err(diagnostics);
         }
+        let resolvable = rules.len();
+        let variants = variants
+            .into_iter()
+            .enumerate()
+            .map(|(offset, (base, variant))| {
+                if let (Some(rule), Some(plan)) = (rules.get_mut(base), variant.plan()) {
+                    rule.add_plan(plan.into(), resolvable + offset);
+                }
+                variant
+            })
+            .collect();
         let mut set = RuleSet::assemble(
             rules,
+            variants,
             settings,
             sources.iter().map(|s| s.path.clone()).collect(),
             next_id,
             previous.map_or(1, |set| set.generation() + 1),
         );
-        set.extended(extensions.compile(sources, &set)?);
+        set.extended(extensions.compile(&sources, &set)?);
         Ok(set)
     }
 }

@@ -29,6 +29,7 @@ pub(super) struct Settings {
     pub(super) response: ResponseSettings,
     pub(super) store: StoreSettings,
     pub(super) reload: ReloadSettings,
+    pub(super) plans: super::plans::Plans,
 }
 
 impl Settings {
@@ -124,6 +125,7 @@ impl Settings {
             }
         }
 
+        self.plans.apply(source, &raw.plans, diagnostics);
         self.response.apply(source, &raw.response, diagnostics);
         self.store.apply(source, &raw.store, diagnostics);
         if let Some(reload) = &raw.reload {

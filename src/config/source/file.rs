@@ -10,6 +10,11 @@ use crate::config::ConfigError;
 /// Reads the file at `path` whole, with its modification time; refuses what is not a
 /// regular file of UTF-8 text within [`MAX_CONFIG_BYTES`].
 pub(crate) fn read_file(path: &Path) -> Result<(String, Validator), ConfigError> {
+    read_file_up_to(path, MAX_CONFIG_BYTES)
+}
+
+/// [`read_file`] with a limit of `max` bytes (membership tables are larger than rules).
+pub(crate) fn read_file_up_to(path: &Path, max: u64) -> Result<(String, Validator), ConfigError> {
     use std::io::Read;
     let read_error = |source| ConfigError::Read {
         path: path.to_owned(),
@@ -38,13 +43,13 @@ pub(crate) fn read_file(path: &Path) -> Result<(String, Validator), ConfigError>
     }
     let mut bytes = Vec::new();
     // One byte past the limit tells "too large" apart from "exactly at it".
-    file.take(MAX_CONFIG_BYTES + 1)
+    file.take(max + 1)
         .read_to_end(&mut bytes)
         .map_err(read_error)?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+    if bytes.len() as u64 > max {
         return Err(ConfigError::TooLarge {
             path: path.to_owned(),
-            limit: MAX_CONFIG_BYTES,
+            limit: max,
         });
     }
     let text = String::from_utf8(bytes).map_err(|error| {

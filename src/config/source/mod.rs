@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 pub(crate) use cache::Cache;
-pub(crate) use file::read_file;
+pub(crate) use file::{read_file, read_file_up_to};
 pub(crate) use remote::{Fetched, Fetcher};
 
 use super::error::{ConfigError, Diagnostic};
@@ -164,6 +164,8 @@ pub(crate) struct SourceText {
     pub(crate) text: String,
     /// Fetched from a URL rather than read from a local file.
     pub(crate) remote: bool,
+    /// A `[plans] members` table rather than rules.
+    pub(crate) members: bool,
     /// Byte offset of the start of each line, so locating a span is a binary search
     /// (a 10,000-rule file locates every rule's origin).
     line_starts: Vec<usize>,
@@ -179,6 +181,7 @@ impl SourceText {
             path: path.as_ref().to_path_buf(),
             text,
             remote: false,
+            members: false,
             line_starts,
         }
     }

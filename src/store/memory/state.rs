@@ -322,7 +322,10 @@ impl State {
             // Into a warming bucket: the debt carries over, and a bucket in use is warm (a
             // warm-up added by a reload does not slow down the clients of the moment).
             State::Warm(words) => {
-                let units = used.first().map_or(0.0, |&(_, u)| u);
+                let units = used
+                    .first()
+                    .map_or(0.0, |&(_, u)| u)
+                    .min(quotas.first().map_or(0.0, |q| f64::from(q.burst())));
                 if units > 0.0 {
                     words[0] = now.saturating_add((units * words[2] as f64) as u64);
                 }
@@ -344,10 +347,12 @@ impl State {
         }
         let n = quotas.len();
         for (index, quota) in quotas.iter().enumerate() {
-            // Across algorithms, quota i inherits from old quota i (or the last one).
+            // Across algorithms, quota i inherits from old quota i (or the last one), at
+            // most its burst.
             let Some(&(_, units)) = used.get(index).or(used.last()) else {
                 continue;
             };
+            let units = units.min(f64::from(quota.burst()));
             if units <= 0.0 {
                 continue;
             }

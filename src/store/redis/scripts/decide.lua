@@ -33,8 +33,9 @@
 --   GCRA ("G"): interval (ns), TAT (whole us), TAT's remainder (ns), 0
 --   windows: period (us), window start (us), previous, current
 --   (an earlier build's GCRA, "g": interval (us), TAT (us), 0, 0 — still read)
--- A state measured by other quotas or another algorithm (a reload changed the rule) is
--- carried over: the units a client used stay used.
+-- A state measured by other quotas or another algorithm (a reload changed the rule, or
+-- the client moved to another plan) is carried over: the units a client used stay used,
+-- at most the new burst (or limit).
 --
 -- Reply: { allowed (1/0), reset (ns), then per quota three numbers }
 --   GCRA: debt (ns), retry (ns), 0
@@ -237,7 +238,8 @@ elseif old ~= nil and alg == "G" and old.alg == "G" then
     end
     if best ~= nil and best.tag > 0 then
       local debt = from_now(best.x, best.y)
-      if debt > 0 then s[i].d = math.floor(debt * q[i].a / best.tag) end
+      -- Capped at the new burst: a lowered limit starts empty, not in debt.
+      if debt > 0 then s[i].d = math.min(math.floor(debt * q[i].a / best.tag), q[i].c * q[i].a) end
     end
   end
 elseif old ~= nil then
@@ -247,10 +249,10 @@ elseif old ~= nil then
     local units = o and used(o) or 0
     if units > 0 then
       if alg == "G" then
-        s[i].d = math.floor(units * q[i].a)
+        s[i].d = math.floor(math.min(units, q[i].c) * q[i].a)
       else
         s[i].x = now - now % q[i].a
-        s[i].z = math.ceil(units)
+        s[i].z = math.ceil(math.min(units, q[i].b))
       end
     end
   end
