@@ -2,7 +2,8 @@
 //! injected `now`.
 //!
 //! Windows are aligned to the UNIX epoch: window `k` of a quota with period `P` covers
-//! `[k·P, (k+1)·P)`. A quota's state is the start of the window it last counted in and the
+//! `[k·P, (k+1)·P)` — or, for a calendar quota (fixed windows only), they are the
+//! calendar's days, weeks or months in its time zone, each of its own length. A quota's state is the start of the window it last counted in and the
 //! units (`cost`s) admitted in that window and the one before.
 //!
 //! - **fixed-window**: admit when `current + cost ≤ N`; the count starts again at 0 at every
@@ -41,10 +42,21 @@ pub(crate) struct Counter {
 }
 
 impl Counter {
-    /// The counter as of `now` (rolled forward into `now`'s window), and the elapsed time
-    /// into that window.
-    fn at(self, now: u64, period: u64) -> (Counter, u64) {
-        let window = now - now % period;
+    /// The counter as of `now` (rolled forward into `now`'s window, which starts at
+    /// `window` and lasts `period`), and the elapsed time into that window. Calendar
+    /// windows are not all as long, so a later one is simply a new one (they are only
+    /// counted as fixed windows).
+    fn at(self, now: u64, window: u64, period: u64, calendar: bool) -> (Counter, u64) {
+        if calendar && window > self.start {
+            return (
+                Counter {
+                    start: window,
+                    previous: 0,
+                    current: 0,
+                },
+                now - window,
+            );
+        }
         if self.start == 0 || window >= self.start.saturating_add(2 * period) {
             return (
                 Counter {
@@ -120,8 +132,8 @@ pub(crate) fn decide(
 ) -> Decision {
     // Two passes rather than a collected Vec: rolling a counter forward is a few compares.
     let allowed = counters.iter().zip(quotas).all(|(counter, quota)| {
-        let period = quota.period_nanos();
-        let (counter, elapsed) = counter.at(now, period);
+        let (window, period) = quota.window_at(now);
+        let (counter, elapsed) = counter.at(now, window, period, quota.calendar().is_some());
         let limit = u128::from(quota.rate().count()) * u128::from(period);
         counter.scaled_estimate(kind, elapsed, period) + u128::from(cost) * u128::from(period)
             <= limit
@@ -131,8 +143,8 @@ pub(crate) fn decide(
     let mut described: Option<Decision> = None;
     let mut reset = 0;
     for (index, (slot, quota)) in counters.iter_mut().zip(quotas).enumerate() {
-        let period = quota.period_nanos();
-        let (mut counter, elapsed) = slot.at(now, period);
+        let (window, period) = quota.window_at(now);
+        let (mut counter, elapsed) = slot.at(now, window, period, quota.calendar().is_some());
         let limit = u64::from(quota.rate().count());
         if take {
             counter.current = counter.current.saturating_add(cost);
@@ -164,7 +176,8 @@ pub(crate) fn decide(
             allowed,
             u32::try_from(index).unwrap_or(u32::MAX),
             limit,
-            period,
+            // The quota's period as written (a calendar month is nominally 30 days).
+            quota.period_nanos(),
             remaining,
             next,
             retry,

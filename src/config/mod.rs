@@ -51,4 +51,4 @@ pub use settings::{
 };
 pub use source::{MAX_CONFIG_BYTES, Validator};
 
-pub use crate::quota::{Rate, RateError, parse_duration};
+pub use crate::quota::{Calendar, CalendarError, CalendarUnit, Rate, RateError, parse_duration};

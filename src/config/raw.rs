@@ -255,6 +255,7 @@ pub(crate) struct RawRule {
     pub(crate) warmup: Option<Spanned<String>>,
     pub(crate) concurrency: Option<Spanned<toml::Value>>,
     pub(crate) plans: Option<Spanned<BTreeMap<Spanned<String>, Spanned<RawRule>>>>,
+    pub(crate) calendar: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -313,6 +314,10 @@ pub(crate) struct RawRuleTable {
         schemars(with = "Option<BTreeMap<String, RawRule>>")
     )]
     plans: Option<Spanned<BTreeMap<Spanned<String>, Spanned<RawRule>>>>,
+    /// Count per calendar day, week (from Monday) or month in this IANA time zone
+    /// ("Europe/Berlin"): rates "N/day", "N/week", "N/month", counted as fixed windows.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    calendar: Option<Spanned<String>>,
 }
 
 impl<'de> Deserialize<'de> for RawRule {
@@ -352,6 +357,7 @@ impl<'de> Deserialize<'de> for RawRule {
                     warmup: table.warmup,
                     concurrency: table.concurrency,
                     plans: table.plans,
+                    calendar: table.calendar,
                 })
             }
         }

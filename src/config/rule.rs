@@ -369,6 +369,11 @@ impl Rule {
     /// )?;
     /// assert_eq!(rules.get("up").unwrap().kind(), "gcra, delayed up to 2s, warm-up 30s");
     /// assert_eq!(rules.get("login").unwrap().kind(), "sliding-log, strict");
+    ///
+    /// let rules = tollgate::config::RuleSet::from_toml(
+    ///     "[limits]\napi = { rate = \"10000/month\", calendar = \"Europe/Berlin\" }\n",
+    /// )?;
+    /// assert_eq!(rules.get("api").unwrap().kind(), "fixed-window, per calendar month in Europe/Berlin");
     /// # Ok::<(), tollgate::config::ConfigError>(())
     /// ```
     pub fn kind(&self) -> String {
@@ -389,6 +394,9 @@ impl Rule {
         } else {
             algorithm.to_string()
         };
+        for calendar in quotas.iter().filter_map(Quota::calendar) {
+            kind.push_str(&format!(", per calendar {calendar}"));
+        }
         match concurrency {
             None => {}
             Some(cap) => {

@@ -25,7 +25,10 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
+mod calendar;
 mod rate;
+
+pub use calendar::{Calendar, CalendarError, CalendarUnit};
 
 pub use rate::{Rate, RateError, parse_duration};
 
@@ -41,6 +44,8 @@ pub struct Quota {
     period: u64,
     /// `interval` as a small number, so a compact bucket can name it in 4 bytes.
     interval_id: Option<IntervalId>,
+    /// Counted per calendar period rather than per `period` from the epoch (windows only).
+    calendar: Option<Calendar>,
 }
 
 impl Quota {
@@ -57,7 +62,35 @@ impl Quota {
             capacity,
             period,
             interval_id: IntervalId::intern(interval),
+            calendar: None,
         })
+    }
+
+    /// The same quota counted per calendar period (`calendar = "Europe/Berlin"` on a
+    /// rule): its windows are the calendar's days, weeks or months rather than periods
+    /// from the epoch.
+    pub fn with_calendar(self, calendar: Calendar) -> Quota {
+        Quota {
+            calendar: Some(calendar),
+            ..self
+        }
+    }
+
+    /// The calendar the quota counts per, if any.
+    pub fn calendar(&self) -> Option<Calendar> {
+        self.calendar
+    }
+
+    /// The window containing `now` (ns since the epoch): its start and length. Periods from
+    /// the epoch, or the calendar's period.
+    pub(crate) fn window_at(&self, now: u64) -> (u64, u64) {
+        match self.calendar {
+            None => (now - now % self.period, self.period),
+            Some(calendar) => {
+                let (start, end) = calendar.window_nanos(now);
+                (start, end - start)
+            }
+        }
     }
 
     /// A caller-defined bucket's numbers (`RL.*`): `refill` tokens every `every`, at most
@@ -73,6 +106,7 @@ impl Quota {
             capacity: interval.saturating_mul(u64::from(max.get())),
             period,
             interval_id: None,
+            calendar: None,
         }
     }
 

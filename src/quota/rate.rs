@@ -48,7 +48,7 @@ pub enum RateError {
     #[error("period multiplier in \"{0}\" must be a whole number of at least 1")]
     BadMultiplier(String),
     /// The period's unit is not one of the known units.
-    #[error("unknown time unit \"{unit}\" in \"{rate}\" (use ms, s, m/min, h or d)")]
+    #[error("unknown time unit \"{unit}\" in \"{rate}\" (use ms, s, m/min, h, d, w or month)")]
     UnknownUnit {
         /// The unit as written.
         unit: String,
@@ -193,6 +193,9 @@ fn unit_nanos(unit: &str) -> Option<u64> {
         "m" | "min" | "mins" | "minute" | "minutes" => 60 * SECOND,
         "h" | "hr" | "hour" | "hours" => 3_600 * SECOND,
         "d" | "day" | "days" => 86_400 * SECOND,
+        "w" | "week" | "weeks" => 7 * 86_400 * SECOND,
+        // Nominal: with a rule's `calendar`, a month is the calendar's.
+        "month" | "months" => 30 * 86_400 * SECOND,
         _ => return None,
     })
 }
@@ -240,7 +243,7 @@ mod tests {
         assert!(err("5/0s").contains("multiplier"));
         assert_eq!(
             err("5/fortnight"),
-            "unknown time unit \"fortnight\" in \"5/fortnight\" (use ms, s, m/min, h or d)"
+            "unknown time unit \"fortnight\" in \"5/fortnight\" (use ms, s, m/min, h, d, w or month)"
         );
         assert!(err("5/").contains("unknown time unit"));
         assert!(err("5/99999999999999999999d").contains("multiplier"));

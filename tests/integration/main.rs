@@ -8,6 +8,7 @@
 )]
 
 mod architecture;
+mod calendar;
 mod concurrency;
 mod config_files;
 mod fuzz_corpus;

@@ -191,6 +191,18 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
             ],
         ),
         (
+            "calendar windows: a local day, a month across its end",
+            "\"/\" = { rate = \"3/day\", calendar = \"Europe/Berlin\" }\n             m = { rate = [\"4/month\", \"2/min\"], calendar = \"America/New_York\" }\n",
+            [
+                knock("d", 4, 1_000),
+                // From 01:00 in Berlin on 1 January to 00:00 on the 2nd: a new day.
+                vec![Wait(82_800_000 - 4_000), Check("d", 1), Peek("d")],
+                knock("m/c", 5, 31_000),
+                vec![Wait(31 * 86_400_000), Check("m/c", 1), Peek("m/c")],
+            ]
+            .concat(),
+        ),
+        (
             "plans share one bucket: a move keeps what was spent, capped at the new burst",
             "api = { rate = \"10/min\", plans = { pro = \"100/min\", tiny = \"3/min\" } }\n",
             vec![

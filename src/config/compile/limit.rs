@@ -57,10 +57,23 @@ pub(super) fn compile_limit(
         return unlimited(&at, raw, diagnostics);
     }
     let before = diagnostics.len();
-    let algorithm = raw
-        .algorithm
-        .as_ref()
-        .map_or(Algorithm::Gcra, |a| *a.get_ref());
+    let calendar_zone = raw.calendar.as_ref();
+    let algorithm = match (&raw.algorithm, calendar_zone) {
+        (Some(algorithm), _) => *algorithm.get_ref(),
+        // Calendar periods are counted as fixed windows.
+        (None, Some(_)) => Algorithm::FixedWindow,
+        (None, None) => Algorithm::Gcra,
+    };
+    if let Some(zone) = calendar_zone
+        && algorithm != Algorithm::FixedWindow
+    {
+        diagnostics.push(source.at(
+            zone.span(),
+            format!(
+                "calendar quotas count per calendar period, as fixed windows; a {algorithm} cannot (leave algorithm out, or write \"fixed-window\")"
+            ),
+        ));
+    }
     check_algorithm_fields(&at, raw, algorithm, diagnostics);
     let count_status = raw
         .count_status
@@ -91,11 +104,16 @@ pub(super) fn compile_limit(
     let rates = rates(&at, raw, &rate_field, diagnostics);
     let bursts = bursts(&at, raw, &rates, rate_field.get_ref().len(), diagnostics);
     let cost = cost(source, raw, diagnostics);
-    let quotas = if diagnostics.len() == before {
+    let mut quotas = if diagnostics.len() == before {
         quotas(&at, raw, &rates, &bursts, cost, diagnostics)
     } else {
         Vec::new()
     };
+    if let Some(zone) = calendar_zone
+        && diagnostics.len() == before
+    {
+        calendar(&at, zone, &mut quotas, diagnostics);
+    }
     let per = raw.per.unwrap_or_default();
     let shaping = if diagnostics.len() == before {
         let context = shaping::Context {
@@ -121,6 +139,44 @@ pub(super) fn compile_limit(
     })
 }
 
+/// `calendar = "ZONE"`: each rate of a day, a week or a month counts per calendar period in
+/// that zone; shorter rates keep windows from the epoch; other lengths are refused.
+fn calendar(
+    at: &At<'_>,
+    zone: &Spanned<String>,
+    quotas: &mut [Quota],
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    use crate::quota::{Calendar, CalendarUnit};
+    const DAY: u64 = 86_400_000_000_000;
+    for quota in quotas.iter_mut() {
+        let unit = match quota.period_nanos() {
+            DAY => CalendarUnit::Day,
+            period if period == 7 * DAY => CalendarUnit::Week,
+            period if period == 30 * DAY => CalendarUnit::Month,
+            period if period < DAY => continue,
+            _ => {
+                diagnostics.push(at.source.at(
+                    at.rule.clone(),
+                    format!(
+                        "rule \"{}\" has a calendar, so its rates count per \"day\", \"week\" or \"month\" (or less than a day, from the epoch); {} is none of these",
+                        at.name,
+                        quota.rate()
+                    ),
+                ));
+                continue;
+            }
+        };
+        match Calendar::new(zone.get_ref(), unit) {
+            Ok(calendar) => *quota = quota.with_calendar(calendar),
+            Err(error) => {
+                diagnostics.push(at.source.at(zone.span(), error.to_string()));
+                return;
+            }
+        }
+    }
+}
+
 /// `unlimited = true`, which may not be combined with anything that limits or counts.
 fn unlimited(at: &At<'_>, raw: &RawRule, diagnostics: &mut Vec<Diagnostic>) -> Option<Limit> {
     let others = raw.rate.is_some()
@@ -134,7 +190,8 @@ fn unlimited(at: &At<'_>, raw: &RawRule, diagnostics: &mut Vec<Diagnostic>) -> O
         || raw.max_delay.is_some()
         || raw.delay_after.is_some()
         || raw.warmup.is_some()
-        || raw.concurrency.is_some();
+        || raw.concurrency.is_some()
+        || raw.calendar.is_some();
     if others {
         diagnostics.push(at.source.at(
             at.rule.clone(),

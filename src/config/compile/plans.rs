@@ -83,6 +83,7 @@ fn merge(
         ("warmup", plan.warmup.is_some()),
         ("concurrency", plan.concurrency.is_some()),
         ("plans", plan.plans.is_some()),
+        ("calendar", plan.calendar.is_some()),
     ];
     let set: Vec<&str> = rule_fields
         .iter()

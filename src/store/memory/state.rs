@@ -62,10 +62,18 @@ fn warm_of(words: &[u64; 4]) -> (Warm, Ramp) {
 
 pub(super) const SLIDING_BIT: u64 = 1 << 63;
 pub(super) const FIXED_BIT: u64 = 1 << 62;
+/// A fixed window counted per calendar period: its real length varies (23 to 25 hours a
+/// day, 28 to 31 days and an hour a month), so the tag's period is only nominal.
+pub(super) const CALENDAR_BIT: u64 = 1 << 61;
+/// The tag bits that are not the period.
+const KIND_BITS: u64 = SLIDING_BIT | FIXED_BIT | CALENDAR_BIT;
 
 fn tag(algorithm: Algorithm, quota: &Quota) -> u64 {
     match algorithm {
         Algorithm::SlidingWindow => quota.period_nanos() | SLIDING_BIT,
+        Algorithm::FixedWindow if quota.calendar().is_some() => {
+            quota.period_nanos() | FIXED_BIT | CALENDAR_BIT
+        }
         Algorithm::FixedWindow => quota.period_nanos() | FIXED_BIT,
         // A discrete bucket or a log keeps its numbers in its own layout; the tag is unused.
         Algorithm::Gcra | Algorithm::DiscreteRefill | Algorithm::SlidingLog => {
@@ -173,7 +181,12 @@ impl State {
             .zip(b)
             .zip(tags)
             .map(|((&a, &b), &tag)| {
-                let period = tag & !(SLIDING_BIT | FIXED_BIT);
+                let mut period = tag & !KIND_BITS;
+                if tag & CALENDAR_BIT != 0 {
+                    // Longer than any calendar window of this nominal period (a 25-hour
+                    // day, a 31-day month with an extra hour): never dropped early.
+                    period += period / 4;
+                }
                 if tag & SLIDING_BIT != 0 {
                     // A window's counts stop mattering two windows after it began.
                     if b == 0 {
@@ -271,7 +284,7 @@ impl State {
             .zip(b)
             .zip(tags)
             .map(|((&a, &b), &tag)| {
-                let measure = tag & !(SLIDING_BIT | FIXED_BIT);
+                let measure = tag & !KIND_BITS;
                 let used = if tag & (SLIDING_BIT | FIXED_BIT) == 0 {
                     a.saturating_sub(now) as f64 / measure.max(1) as f64
                 } else {

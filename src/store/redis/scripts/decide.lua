@@ -19,7 +19,10 @@
 -- ARGV[6]  number of quotas n, then n triples:
 --          GCRA: interval (ns), tolerance (ns: burst x interval, or with on_limit = "delay"
 --                what passes at once plus max_delay), burst
---          windows and the log: period (us), limit (count per period), 0
+--          windows and the log: period (us), limit (count per period), 0 — or, for a
+--                calendar quota (a fixed window per calendar day, week or month, whose
+--                period is then nominal), "start:end" of now's calendar window (us),
+--                computed by the caller, who has the time-zone rules
 --
 -- In mode "l", four more arguments follow the quotas: returned r, pending p, instances s
 -- (0: lease nothing), cap c (the instance's share: rate x sync interval / instances).
@@ -63,7 +66,10 @@ local n = tonumber(ARGV[6])
 local q = {}
 for i = 1, n do
   local base = 6 + (i - 1) * 3
-  q[i] = { a = tonumber(ARGV[base + 1]), b = tonumber(ARGV[base + 2]), c = tonumber(ARGV[base + 3]) }
+  local third = ARGV[base + 3]
+  local ws, we = string.match(third, "^(%d+):(%d+)$")
+  q[i] = { a = tonumber(ARGV[base + 1]), b = tonumber(ARGV[base + 2]), c = tonumber(third) or 0,
+           ws = tonumber(ws), we = tonumber(we) }
 end
 local consume = mode == "c" or mode == "l"
 local lease = mode == "l" and alg == "G"
@@ -359,9 +365,19 @@ if alg == "G" then
   end
 else
   local fixed = alg == "f"
-  -- The counter rolled forward into now's window, and the elapsed time into it.
-  local function roll(c, p)
-    local window = now - now % p
+  -- Now's window of quota i: its start and length (a calendar window as the caller gave
+  -- it, else a period from the epoch).
+  local function span(i)
+    if q[i].ws then return q[i].ws, q[i].we - q[i].ws end
+    return now - now % q[i].a, q[i].a
+  end
+  -- The counter rolled forward into now's window, and the elapsed time into it. Calendar
+  -- windows differ in length: a later one is simply a new one.
+  local function roll(c, i)
+    local window, p = span(i)
+    if q[i].ws and window > c.x then
+      return { x = window, y = 0, z = 0 }, math.max(now - window, 0)
+    end
     if c.x == 0 or window >= c.x + 2 * p then
       return { x = window, y = 0, z = 0 }, now - window
     end
@@ -388,13 +404,15 @@ else
     return math.max(start + 2 * P - math.min(math.floor(target * P / c.z), P), 0)
   end
   for i = 1, n do
-    local c, e = roll(s[i], q[i].a)
-    if scaled(c, e, q[i].a) + cost * q[i].a > q[i].b * q[i].a then allowed = false end
+    local c, e = roll(s[i], i)
+    local _, p = span(i)
+    if scaled(c, e, p) + cost * p > q[i].b * p then allowed = false end
   end
   local take = (consume and allowed) or mode == "g"
   for i = 1, n do
-    local p, limit = q[i].a, q[i].b
-    local c, e = roll(s[i], p)
+    local _, p = span(i)
+    local limit = q[i].b
+    local c, e = roll(s[i], i)
     if take then c.z = c.z + cost end
     if mode ~= "p" then s[i] = c end
     local remaining = math.floor(math.max(limit * p - scaled(c, e, p), 0) / p)
@@ -431,6 +449,7 @@ if mode ~= "p" then
       if s[i].y > 0 or s[i].z > 0 then left = s[i].x + 2 * p - now end
     elseif s[i].z > 0 then
       left = s[i].x + p - now
+      if q[i].we then left = q[i].we - now end
     end
     refills = math.max(refills, left)
     parts[#parts + 1] = string.format("%.17g %.17g %.17g %.17g", p, s[i].x, s[i].y, s[i].z)

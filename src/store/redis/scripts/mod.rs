@@ -68,7 +68,16 @@ pub(super) fn script_args(
             Algorithm::SlidingWindow | Algorithm::FixedWindow | Algorithm::SlidingLog => {
                 args.push(micros(quota.period_nanos()));
                 args.push(quota.rate().count().to_string());
-                args.push("0".to_owned());
+                // A calendar window is computed here, where the time-zone rules are: the
+                // script counts in it as given ("start:end", microseconds).
+                args.push(match quota.calendar() {
+                    Some(_) => {
+                        let at = now.unwrap_or_else(|| std::time::SystemTime::now().into());
+                        let (start, length) = quota.window_at(at.as_unix_nanos());
+                        format!("{}:{}", start / 1_000, (start + length) / 1_000)
+                    }
+                    None => "0".to_owned(),
+                });
             }
         }
     }
