@@ -1,7 +1,8 @@
 //! The limiting algorithms: pure arithmetic over an injected `now`, shared by every store.
 //!
 //! - [`gcra`]: the token bucket (the default).
-//! - [`window`]: the sliding- and fixed-window counters.
+//! - [`window`]: the sliding- and fixed-window counters; [`subwindow`]: the sliding window
+//!   at a finer resolution.
 //! - [`discrete`]: smyte/ratelimit's bucket, refilled in whole steps at whole intervals,
 //!   for the caller-defined buckets of the Redis-protocol front end (`RL.*`).
 //!
@@ -12,6 +13,7 @@ pub(crate) mod discrete;
 pub(crate) mod gcra;
 pub(crate) mod log;
 pub(crate) mod shaping;
+pub(crate) mod subwindow;
 pub(crate) mod warmup;
 pub(crate) mod window;
 

@@ -256,6 +256,7 @@ pub(crate) struct RawRule {
     pub(crate) concurrency: Option<Spanned<toml::Value>>,
     pub(crate) plans: Option<Spanned<BTreeMap<Spanned<String>, Spanned<RawRule>>>>,
     pub(crate) calendar: Option<Spanned<String>>,
+    pub(crate) resolution: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -318,6 +319,10 @@ pub(crate) struct RawRuleTable {
     /// ("Europe/Berlin"): rates "N/day", "N/week", "N/month", counted as fixed windows.
     #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     calendar: Option<Spanned<String>>,
+    /// With algorithm = "sliding-window": count the period in sub-windows this long
+    /// ("10s" for "100/min": six), the oldest weighted by how much of it is still inside.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    resolution: Option<Spanned<String>>,
 }
 
 impl<'de> Deserialize<'de> for RawRule {
@@ -358,6 +363,7 @@ impl<'de> Deserialize<'de> for RawRule {
                     concurrency: table.concurrency,
                     plans: table.plans,
                     calendar: table.calendar,
+                    resolution: table.resolution,
                 })
             }
         }

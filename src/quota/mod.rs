@@ -46,6 +46,8 @@ pub struct Quota {
     interval_id: Option<IntervalId>,
     /// Counted per calendar period rather than per `period` from the epoch (windows only).
     calendar: Option<Calendar>,
+    /// A sliding window's sub-window length (ns); 0: the two-window counter.
+    resolution: u64,
 }
 
 impl Quota {
@@ -63,6 +65,7 @@ impl Quota {
             period,
             interval_id: IntervalId::intern(interval),
             calendar: None,
+            resolution: 0,
         })
     }
 
@@ -74,6 +77,27 @@ impl Quota {
             calendar: Some(calendar),
             ..self
         }
+    }
+
+    /// The same quota counted, as a sliding window, in sub-windows of `resolution` (ns;
+    /// `resolution = "10s"` on a rule). 0, or the whole period, is the two-window counter.
+    pub(crate) fn with_resolution(self, resolution: u64) -> Quota {
+        let resolution = if resolution >= self.period {
+            0
+        } else {
+            resolution
+        };
+        Quota { resolution, ..self }
+    }
+
+    /// A sliding window's sub-window length, if it is counted at a finer resolution than
+    /// its period.
+    pub fn resolution(&self) -> Option<Duration> {
+        (self.resolution > 0).then(|| Duration::from_nanos(self.resolution))
+    }
+
+    pub(crate) fn resolution_nanos(&self) -> u64 {
+        self.resolution
     }
 
     /// The calendar the quota counts per, if any.
@@ -107,6 +131,7 @@ impl Quota {
             period,
             interval_id: None,
             calendar: None,
+            resolution: 0,
         }
     }
 

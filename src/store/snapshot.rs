@@ -89,6 +89,9 @@ pub(crate) enum Layout {
     Log,
     /// `warm`: a warming bucket: TAT, stored permits (`f64` bits), interval, warm-up.
     Warm,
+    /// `ring`: a sliding window in sub-windows: `n`, `n` pairs (period, resolution), then
+    /// each quota's ring (newest sub-window, `k + 1` counts).
+    Ring,
 }
 
 impl Layout {
@@ -99,6 +102,7 @@ impl Layout {
             Layout::Discrete => "discrete",
             Layout::Log => "log",
             Layout::Warm => "warm",
+            Layout::Ring => "ring",
         }
     }
 
@@ -112,6 +116,10 @@ impl Layout {
                 .and_then(|&n| usize::try_from(n).ok())
                 .is_some_and(|n| words.len() > n),
             Layout::Warm => words.len() == 4,
+            Layout::Ring => words
+                .first()
+                .and_then(|&n| usize::try_from(n).ok())
+                .is_some_and(|n| n > 0 && words.len() > 2 * n + 1),
         }
     }
 }
@@ -225,6 +233,7 @@ fn parse_record(line: &str) -> Option<Record> {
         "discrete" => Layout::Discrete,
         "log" => Layout::Log,
         "warm" => Layout::Warm,
+        "ring" => Layout::Ring,
         _ => return None,
     };
     let words: Vec<u64> = fields.map(|w| w.parse().ok()).collect::<Option<_>>()?;

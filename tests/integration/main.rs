@@ -26,6 +26,7 @@ mod redis_sentinel;
 mod redis_tls;
 mod reload;
 mod remote_config;
+mod resolution;
 mod shaping;
 mod snapshots;
 mod support;

@@ -203,6 +203,28 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
             .concat(),
         ),
         (
+            "sliding windows in sub-windows, and reloads onto and off them",
+            "\"/\" = { rate = \"6/min\", algorithm = \"sliding-window\", resolution = \"10s\" }\n\
+             multi = { rate = [\"4/10s\", \"10/min\"], algorithm = \"sliding-window\", resolution = \"2s\" }\n",
+            [
+                knock("w", 8, 9_000),
+                vec![Wait(25_000)],
+                knock("w", 4, 4_000),
+                vec![Peek("w")],
+                knock("multi/m", 14, 1_500),
+                vec![Wait(61_000), Check("multi/m", 3), Peek("multi/m")],
+                vec![
+                    Reload("\"/\" = { rate = \"6/min\", algorithm = \"sliding-window\" }\n"),
+                    Check("w", 1),
+                    Reload("\"/\" = { rate = \"6/min\", algorithm = \"sliding-window\", resolution = \"20s\" }\n"),
+                    Check("w", 1),
+                    Check("w", 1),
+                    Peek("w"),
+                ],
+            ]
+            .concat(),
+        ),
+        (
             "plans share one bucket: a move keeps what was spent, capped at the new burst",
             "api = { rate = \"10/min\", plans = { pro = \"100/min\", tiny = \"3/min\" } }\n",
             vec![

@@ -256,3 +256,48 @@ fn closed_port() -> std::net::SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap()
 }
+
+#[test]
+fn plan_membership_from_a_url_is_polled_and_a_failed_fetch_keeps_the_last_good_table() {
+    let repository = Repository::start("\"user-42\" = \"pro\"\n");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("limits.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[reload]\npoll_interval = \"200ms\"\n[plans]\nmembers = [\"{}\"]\n\
+             [limits.api]\nrate = \"10/min\"\nplans.pro = \"1000/min\"\n",
+            repository.url()
+        ),
+    )
+    .unwrap();
+    let limits = Limits::watch([&file]).unwrap();
+    let plan = |limits: &Limits| {
+        limits
+            .rules()
+            .plans()
+            .member_plan("user-42")
+            .map(str::to_owned)
+    };
+    assert_eq!(plan(&limits).as_deref(), Some("pro"));
+    repository.publish("\"user-42\" = \"enterprise\"\n");
+    wait_until("the new table is polled", 5 * POLL, || {
+        plan(&limits).as_deref() == Some("enterprise")
+    });
+    repository.fail_with(Some(503));
+    std::thread::sleep(3 * POLL);
+    assert_eq!(
+        plan(&limits).as_deref(),
+        Some("enterprise"),
+        "the last good table serves"
+    );
+    assert!(
+        limits
+            .status()
+            .sources
+            .iter()
+            .any(|s| s.remote && s.last_error.is_some()),
+        "{:?}",
+        limits.status().sources
+    );
+}

@@ -114,6 +114,11 @@ pub(super) fn compile_limit(
     {
         calendar(&at, zone, &mut quotas, diagnostics);
     }
+    if let Some(field) = &raw.resolution
+        && diagnostics.len() == before
+    {
+        resolution(&at, field, algorithm, &mut quotas, diagnostics);
+    }
     let per = raw.per.unwrap_or_default();
     let shaping = if diagnostics.len() == before {
         let context = shaping::Context {
@@ -177,6 +182,54 @@ fn calendar(
     }
 }
 
+/// `resolution = "10s"`: a sliding window counted in sub-windows of that length, each rate's
+/// period a whole number of them, at most [`MAX_SUBWINDOWS`](crate::algorithm::subwindow::MAX_SUBWINDOWS).
+fn resolution(
+    at: &At<'_>,
+    field: &Spanned<String>,
+    algorithm: Algorithm,
+    quotas: &mut [Quota],
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    use crate::algorithm::subwindow::MAX_SUBWINDOWS;
+    if algorithm != Algorithm::SlidingWindow {
+        diagnostics.push(at.source.at(
+            field.span(),
+            format!("resolution applies to algorithm = \"sliding-window\"; a {algorithm} has no sub-windows"),
+        ));
+        return;
+    }
+    let Some(length) = crate::quota::parse_duration(field.get_ref())
+        .map(crate::clock::duration_nanos)
+        .filter(|&n| n > 0)
+    else {
+        diagnostics.push(at.source.at(
+            field.span(),
+            format!(
+                "resolution \"{}\" is not a duration such as \"10s\"",
+                field.get_ref()
+            ),
+        ));
+        return;
+    };
+    for quota in quotas.iter_mut() {
+        let period = quota.period_nanos();
+        let k = period / length;
+        if !period.is_multiple_of(length) || !(1..=MAX_SUBWINDOWS).contains(&k) {
+            diagnostics.push(at.source.at(
+                field.span(),
+                format!(
+                    "resolution {} must divide {}'s period into 1 to {MAX_SUBWINDOWS} equal sub-windows",
+                    field.get_ref(),
+                    quota.rate()
+                ),
+            ));
+            return;
+        }
+        *quota = quota.with_resolution(length);
+    }
+}
+
 /// `unlimited = true`, which may not be combined with anything that limits or counts.
 fn unlimited(at: &At<'_>, raw: &RawRule, diagnostics: &mut Vec<Diagnostic>) -> Option<Limit> {
     let others = raw.rate.is_some()
@@ -191,7 +244,8 @@ fn unlimited(at: &At<'_>, raw: &RawRule, diagnostics: &mut Vec<Diagnostic>) -> O
         || raw.delay_after.is_some()
         || raw.warmup.is_some()
         || raw.concurrency.is_some()
-        || raw.calendar.is_some();
+        || raw.calendar.is_some()
+        || raw.resolution.is_some();
     if others {
         diagnostics.push(at.source.at(
             at.rule.clone(),

@@ -84,6 +84,7 @@ fn merge(
         ("concurrency", plan.concurrency.is_some()),
         ("plans", plan.plans.is_some()),
         ("calendar", plan.calendar.is_some()),
+        ("resolution", plan.resolution.is_some()),
     ];
     let set: Vec<&str> = rule_fields
         .iter()

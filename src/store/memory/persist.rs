@@ -64,6 +64,16 @@ impl MemoryStore {
                         words.extend(log.entries.iter());
                         (Layout::Log, words)
                     }
+                    State::Ring(rings) => {
+                        let mut words =
+                            Vec::with_capacity(1 + 2 * rings.periods.len() + rings.words.len());
+                        words.push(rings.periods.len() as u64);
+                        for &(period, resolution) in &rings.periods {
+                            words.extend([period, resolution]);
+                        }
+                        words.extend(rings.words.iter());
+                        (Layout::Ring, words)
+                    }
                 };
                 records.push(Record {
                     rule: rule.to_owned(),
@@ -159,6 +169,26 @@ fn restored_state(rules: &RuleSet, key: &str, record: &Record) -> Option<(RuleId
             State::Log(Box::new(super::state::Log {
                 periods: periods.into(),
                 entries: entries.into(),
+            }))
+        }
+        Layout::Ring => {
+            let n = usize::try_from(*words.first()?).ok()?;
+            let pairs = words.get(1..=2 * n)?;
+            let periods: Box<[(u64, u64)]> = pairs
+                .chunks_exact(2)
+                .map(|pair| (pair[0], pair[1]))
+                .collect();
+            let expected: usize = periods
+                .iter()
+                .map(|&(period, resolution)| 2 + (period / resolution.max(1)).max(1) as usize)
+                .sum();
+            let rings = words.get(2 * n + 1..)?;
+            if rings.len() != expected {
+                return None;
+            }
+            State::Ring(Box::new(super::state::Rings {
+                periods,
+                words: rings.into(),
             }))
         }
         Layout::Discrete => return None,

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use crate::Quota;
 use crate::algorithm::warmup::{self, Ramp, Warm};
-use crate::algorithm::{Algorithm, discrete, gcra, log, window};
+use crate::algorithm::{Algorithm, discrete, gcra, log, subwindow, window};
 use crate::decision::Decision;
 use crate::store::CheckRequest;
 
@@ -33,6 +33,38 @@ pub(super) enum State {
     Discrete(Box<[u64; 6]>),
     Log(Box<Log>),
     Warm(Box<[u64; 4]>),
+    Ring(Box<Rings>),
+}
+
+/// A sliding window counted in sub-windows (`resolution`): what measured each quota
+/// (period, resolution), and the quotas' rings one after another (see
+/// [`subwindow`](crate::algorithm::subwindow)).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Rings {
+    pub(super) periods: Box<[(u64, u64)]>,
+    pub(super) words: Box<[u64]>,
+}
+
+impl Rings {
+    fn new(quotas: &[Quota]) -> Rings {
+        Rings {
+            periods: quotas
+                .iter()
+                .map(|q| {
+                    (
+                        q.period_nanos(),
+                        q.period_nanos() / subwindow::subwindows(q),
+                    )
+                })
+                .collect(),
+            words: vec![0; quotas.iter().map(subwindow::ring_words).sum()].into_boxed_slice(),
+        }
+    }
+}
+
+/// Whether `quotas`, counted as a sliding window, need rings (some has a resolution).
+fn in_rings(algorithm: Algorithm, quotas: &[Quota]) -> bool {
+    algorithm == Algorithm::SlidingWindow && quotas.iter().any(|q| q.resolution_nanos() > 0)
 }
 
 /// A sliding log's state: what measured it, and the timestamps it holds.
@@ -118,6 +150,7 @@ impl State {
     pub(super) fn fresh(algorithm: Algorithm, quotas: &[Quota], warmup: u64, now: u64) -> State {
         match (algorithm, quotas) {
             (Algorithm::SlidingLog, _) => State::Log(Box::new(Log::new(quotas))),
+            _ if in_rings(algorithm, quotas) => State::Ring(Box::new(Rings::new(quotas))),
             (Algorithm::Gcra, [quota]) if warmup > 0 => {
                 let ramp = Ramp::new(quota.interval_nanos(), warmup);
                 let cold = Warm::fresh(&ramp);
@@ -168,6 +201,9 @@ impl State {
                 newest.saturating_add(longest).saturating_sub(now)
             });
         }
+        if let State::Ring(rings) = self {
+            return subwindow::refills_in(&rings.words, &rings.periods, now);
+        }
         if let State::Warm(words) = self {
             let (state, ramp) = warm_of(words);
             let stored = state.stored_at(&ramp, now);
@@ -217,7 +253,7 @@ impl State {
                 &mut words[..n]
             }
             State::Warm(words) => &mut words[..1],
-            State::Discrete(_) | State::Log(_) => &mut [],
+            State::Discrete(_) | State::Log(_) | State::Ring(_) => &mut [],
         }
     }
 
@@ -231,7 +267,7 @@ impl State {
                 (&words[..n], &words[n..2 * n], &words[2 * n..])
             }
             State::Warm(words) => (&words[..1], &[0], &words[2..3]),
-            State::Discrete(_) | State::Log(_) => (&[], &[], &[]),
+            State::Discrete(_) | State::Log(_) | State::Ring(_) => (&[], &[], &[]),
         }
     }
 
@@ -249,6 +285,10 @@ impl State {
                     && words[3..] == [params.max, params.refill, params.every];
             }
             State::Log(_) => return algorithm == Algorithm::SlidingLog,
+            State::Ring(rings) => {
+                return in_rings(algorithm, quotas)
+                    && *rings.periods == *Rings::new(quotas).periods;
+            }
             State::Warm(words) => {
                 return algorithm == Algorithm::Gcra
                     && warmup == words[3]
@@ -259,6 +299,7 @@ impl State {
         if algorithm == Algorithm::DiscreteRefill
             || algorithm == Algorithm::SlidingLog
             || (algorithm == Algorithm::Gcra && warmup > 0)
+            || in_rings(algorithm, quotas)
         {
             return false;
         }
@@ -272,6 +313,14 @@ impl State {
 
     /// Units used per quota as of `now`, whatever measured them.
     fn used(&self, now: u64) -> Vec<(u64, f64)> {
+        if let State::Ring(rings) = self {
+            return rings
+                .periods
+                .iter()
+                .map(|&(period, _)| period | SLIDING_BIT)
+                .zip(subwindow::used(&rings.words, &rings.periods, now))
+                .collect();
+        }
         if let State::Log(log) = self {
             return log
                 .periods
@@ -325,6 +374,14 @@ impl State {
         }
         let used = self.used(now);
         match &mut next {
+            // Into rings: what each quota used is counted in its newest sub-window now.
+            State::Ring(rings) => {
+                let units: Vec<f64> = (0..quotas.len())
+                    .map(|i| used.get(i).or(used.last()).map_or(0.0, |&(_, u)| u))
+                    .collect();
+                subwindow::carry_into(&mut rings.words, quotas, &units, now);
+                return next;
+            }
             // Into a log: what was used is logged now (it leaves a whole window later).
             State::Log(log) => {
                 let units = used.iter().map(|&(_, u)| u).fold(0.0, f64::max);
@@ -377,7 +434,7 @@ impl State {
                     words[index] =
                         now.saturating_add((units * quota.interval_nanos() as f64) as u64);
                 }
-                (State::Discrete(_) | State::Log(_) | State::Warm(_), _) => {}
+                (State::Discrete(_) | State::Log(_) | State::Warm(_) | State::Ring(_), _) => {}
                 (State::Many(words), _) => {
                     let period = quota.period_nanos();
                     let counter = window::Counter {
@@ -458,6 +515,12 @@ impl State {
                 );
                 words[..3].copy_from_slice(&state);
                 decision
+            }
+            Algorithm::SlidingWindow if in_rings(request.algorithm, quotas) => {
+                let State::Ring(rings) = self else {
+                    return Decision::unlimited();
+                };
+                subwindow::decide(&mut rings.words, quotas, request.cost, now, request.mode)
             }
             algorithm => {
                 let kind = if algorithm == Algorithm::FixedWindow {

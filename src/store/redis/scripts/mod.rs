@@ -45,11 +45,14 @@ pub(super) fn script_args(
     );
     args.push(cost.to_string());
     args.push(if strict { "1" } else { "0" }.to_owned());
+    let sub_windows =
+        algorithm == Algorithm::SlidingWindow && quotas.iter().any(|q| q.resolution_nanos() > 0);
     args.push(
         match algorithm {
             // Caller-defined (discrete-refill) buckets never reach Redis: RedisStore::check
             // keeps them in its local store. Were one sent, it would be a GCRA bucket.
             Algorithm::Gcra | Algorithm::DiscreteRefill => "G",
+            Algorithm::SlidingWindow if sub_windows => "r",
             Algorithm::SlidingWindow => "s",
             Algorithm::FixedWindow => "f",
             Algorithm::SlidingLog => "L",
@@ -64,6 +67,12 @@ pub(super) fn script_args(
                 args.push(quota.interval_nanos().to_string());
                 args.push(shaping.tolerance(quota).to_string());
                 args.push(quota.burst().to_string());
+            }
+            Algorithm::SlidingWindow if sub_windows => {
+                let k = crate::algorithm::subwindow::subwindows(quota);
+                args.push(micros(quota.period_nanos()));
+                args.push(quota.rate().count().to_string());
+                args.push(micros(quota.period_nanos() / k));
             }
             Algorithm::SlidingWindow | Algorithm::FixedWindow | Algorithm::SlidingLog => {
                 args.push(micros(quota.period_nanos()));
