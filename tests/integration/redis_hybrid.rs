@@ -192,3 +192,59 @@ async fn admissions_made_while_redis_was_down_are_charged_once_it_is_back() {
         "10 per minute, 3 spent during the outage"
     );
 }
+
+/// Windows are decided in Redis in hybrid mode too (only token buckets lease): a calendar
+/// month and a sliding window in sub-windows are one budget across instances, and the
+/// month ends at local midnight on the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calendar_and_sub_window_rules_share_one_budget_in_hybrid_mode() {
+    let Some(server) = RedisServer::start("hybrid calendar") else {
+        return;
+    };
+    let clock = tollgate::clock::FakeClock::new();
+    // 2026-01-31 23:59 in Berlin.
+    clock.advance(Duration::from_secs(2_674_740));
+    let config = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"cal:\"\n\
+         sync = \"local\"\nsync_interval = \"100ms\"\ntimeout = \"2s\"\n[limits]\n\
+         month = {{ rate = \"4/month\", calendar = \"Europe/Berlin\" }}\n\
+         fine = {{ rate = \"4/min\", algorithm = \"sliding-window\", resolution = \"10s\" }}\n",
+        url = server.url()
+    );
+    let mut settings = RedisSettings::default();
+    settings.url = server.url();
+    settings.nodes = vec![server.url()];
+    let fleet: Vec<Limits<RedisStore>> = (0..2)
+        .map(|_| {
+            let limits = Limits::builder()
+                .store(RedisStore::new(&settings).unwrap())
+                .clock(clock.clone())
+                .from_toml(&config)
+                .unwrap();
+            limits.store().use_caller_time(true);
+            limits
+        })
+        .collect();
+    for key in ["month/c", "fine/c"] {
+        for limits in fleet.iter().chain(&fleet) {
+            assert!(limits.check(key, 1).await.unwrap().allowed(), "{key}");
+        }
+        let refused = fleet[0].check(key, 1).await.unwrap();
+        assert!(
+            !refused.allowed(),
+            "{key}: four in all, across both instances"
+        );
+    }
+    assert_eq!(
+        fleet[1].check("month/c", 1).await.unwrap().retry_after(),
+        Duration::from_secs(60)
+    );
+    clock.advance(Duration::from_secs(60));
+    assert!(
+        fleet[1].check("month/c", 1).await.unwrap().allowed(),
+        "February"
+    );
+    for limits in &fleet {
+        assert!(limits.store().local().is_empty(), "decided in Redis");
+    }
+}
