@@ -122,10 +122,13 @@ fn decide_many(
         if allowed && take {
             hold = hold.max(shaping.hold(quota, debt));
         }
+        // From the bucket as it now stands: after a charge past empty, the next request
+        // of this cost waits for the charge too.
         let retry = if allowed {
             0
         } else {
-            taken
+            state
+                .saturating_add(cost.saturating_mul(interval))
                 .saturating_sub(shaping.tolerance(quota))
                 .saturating_sub(now)
         };
@@ -186,11 +189,26 @@ fn decide_one(
     let retry = if allowed {
         0
     } else {
-        taken.saturating_sub(tolerance).saturating_sub(now)
+        state
+            .saturating_add(cost.saturating_mul(interval))
+            .saturating_sub(tolerance)
+            .saturating_sub(now)
     };
     Decision::bucket(allowed, 0, u64::from(quota.burst()), interval, debt, retry)
         .with_reset(debt)
         .with_delay(hold)
+}
+
+/// Gives `cost` tokens back to each quota's TAT (a refund): the debt shrinks by `cost`
+/// intervals, never below a full bucket.
+pub(crate) fn give_back(tats: &mut [u64], quotas: &[Quota], cost: u64, now: u64) {
+    for (tat, quota) in tats.iter_mut().zip(quotas) {
+        if *tat > now {
+            *tat = tat
+                .saturating_sub(cost.saturating_mul(quota.interval_nanos()))
+                .max(now);
+        }
+    }
 }
 
 /// Re-expresses buckets measured in `old_intervals` for `quotas`, writing new TATs.

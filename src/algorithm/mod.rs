@@ -79,6 +79,10 @@ pub enum CheckMode {
     /// `RL.SESSIONIZE`): the bucket also remembers when the current session started.
     /// The rule algorithms treat it as `Consume`.
     Session,
+    /// Give `cost` tokens back (a reservation larger than what the request used, an
+    /// out-of-band refund): never past full. The decision then describes the bucket as a
+    /// peek at no cost would.
+    Refund,
 }
 
 impl CheckMode {
@@ -87,7 +91,7 @@ impl CheckMode {
         match self {
             CheckMode::Consume | CheckMode::Session => admitted,
             CheckMode::Charge => true,
-            CheckMode::Peek => false,
+            CheckMode::Peek | CheckMode::Refund => false,
         }
     }
 }

@@ -259,6 +259,27 @@ pub(crate) fn used(words: &[u64], periods: &[(u64, u64)], now: u64) -> Vec<f64> 
     used
 }
 
+/// Gives `cost` units back to each ring (a refund): from the newest sub-window backwards,
+/// never below zero.
+pub(crate) fn give_back(words: &mut [u64], quotas: &[Quota], cost: u64, now: u64) {
+    for ring in &mut split(words, quotas) {
+        let newest = ring.roll(now / ring.r);
+        let mut left = cost;
+        for step in 0..=ring.k {
+            let Some(index) = newest.checked_sub(step) else {
+                break;
+            };
+            let slot = ring.slot(index);
+            let taken = left.min(ring.words[slot]);
+            ring.words[slot] -= taken;
+            left -= taken;
+            if left == 0 {
+                break;
+            }
+        }
+    }
+}
+
 /// Counts `units[i]` (what a bucket had used under other numbers, at most each limit) in
 /// quota `i`'s sub-window of `now`: carried over, what was used stays used.
 pub(crate) fn carry_into(words: &mut [u64], quotas: &[Quota], units: &[f64], now: u64) {

@@ -121,6 +121,19 @@ impl Counter {
     }
 }
 
+/// Gives `cost` units back to each counter (a refund): from the current window's count,
+/// then the previous one's, never below zero.
+pub(crate) fn give_back(counters: &mut [Counter], quotas: &[Quota], cost: u64, now: u64) {
+    for (slot, quota) in counters.iter_mut().zip(quotas) {
+        let (window, period) = quota.window_at(now);
+        let (mut counter, _) = slot.at(now, window, period, quota.calendar().is_some());
+        let from_current = cost.min(counter.current);
+        counter.current -= from_current;
+        counter.previous = counter.previous.saturating_sub(cost - from_current);
+        *slot = counter;
+    }
+}
+
 /// Decides a request of `cost` units at `now` against window `quotas` with `counters`.
 pub(crate) fn decide(
     kind: Kind,

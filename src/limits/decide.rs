@@ -100,6 +100,33 @@ impl<St: Store> Limits<St> {
             .await
     }
 
+    /// Takes `n` tokens for `key` whatever its bucket holds, even past empty: a cost learned
+    /// after the fact (tokens a response turned out to use, bytes served). The bucket owes
+    /// what it could not pay, and refuses until that is refilled. What `TG.CHARGE` does.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limits = tollgate::Limits::from_toml("[limits]\nllm = \"1000/min\"\n")?;
+    /// let charged = limits.charge("llm/key-1", 1500).await?;
+    /// assert_eq!(charged.remaining(), 0);
+    /// assert!(!limits.check("llm/key-1", 1).await?.allowed(), "500 tokens in debt");
+    /// let refunded = limits.refund("llm/key-1", 600).await?;
+    /// assert_eq!(refunded.remaining(), 100, "the debt paid, 100 back");
+    /// # Ok(()) }
+    /// ```
+    pub async fn charge(&self, key: &str, n: u64) -> Result<Decision, StoreError> {
+        self.key_decision(key, CheckMode::Charge, Some(n), self.now())
+            .await
+    }
+
+    /// Gives `n` tokens back to `key`'s bucket, never past full: a reservation larger than
+    /// what was used, or a request that should not have counted. The decision describes
+    /// the bucket afterwards, as [`peek`](Self::peek) would. What `TG.REFUND` does.
+    pub async fn refund(&self, key: &str, n: u64) -> Result<Decision, StoreError> {
+        self.key_decision(key, CheckMode::Refund, Some(n), self.now())
+            .await
+    }
+
     /// Reports the state of `key`'s bucket without taking anything.
     pub async fn peek(&self, key: &str) -> Result<Decision, StoreError> {
         self.key_decision(key, CheckMode::Peek, None, self.now())
@@ -130,7 +157,7 @@ impl<St: Store> Limits<St> {
     }
 
     /// Takes a `count_status` request's tokens now that its response counts.
-    pub(crate) fn charge(&self, rule: &Rule, charge: &Charge) -> Option<St::Future> {
+    pub(crate) fn charge_counted(&self, rule: &Rule, charge: &Charge) -> Option<St::Future> {
         let now = self.shared.clock.now();
         self.start_check(
             rule,

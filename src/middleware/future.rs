@@ -157,7 +157,7 @@ impl<St: Store> PendingCharge<St> {
         if !rule.count_status()?.contains(status) {
             return None;
         }
-        self.limits.charge(rule, &self.charge)
+        self.limits.charge_counted(rule, &self.charge)
     }
 
     /// The headers after the charge: they show what the charge left.

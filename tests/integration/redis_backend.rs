@@ -36,9 +36,13 @@ enum Step {
     Reload(&'static str),
     /// `check_plan(key, cost, plan)`: as if the client were on that plan.
     OnPlan(&'static str, u64, &'static str),
+    /// `charge(key, n)`: taken even past empty.
+    Charge(&'static str, u64),
+    /// `refund(key, n)`: given back, never past full.
+    Refund(&'static str, u64),
 }
 
-use Step::{Check, OnPlan, Peek, Reload, Wait};
+use Step::{Charge, Check, OnPlan, Peek, Refund, Reload, Wait};
 
 /// The shared test matrix: each scenario is a `[limits]` table and a sequence of steps.
 fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
@@ -225,6 +229,33 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
             .concat(),
         ),
         (
+            "costs settled afterwards: charges into debt, refunds never past full, every algorithm",
+            "\"/\" = \"10/min\"\n\
+             two = { rate = [\"10/min\", \"50/h\"] }\n\
+             fixed = { rate = \"10/min\", algorithm = \"fixed-window\" }\n\
+             sliding = { rate = \"10/min\", algorithm = \"sliding-window\" }\n\
+             fine = { rate = \"10/min\", algorithm = \"sliding-window\", resolution = \"10s\" }\n\
+             log = { rate = \"10/min\", algorithm = \"sliding-log\" }\n",
+            ["t", "two/t", "fixed/t", "sliding/t", "fine/t", "log/t"]
+                .into_iter()
+                .flat_map(|key| {
+                    [
+                        Check(key, 4),
+                        Charge(key, 9),
+                        Check(key, 1),
+                        Wait(12_000),
+                        Refund(key, 5),
+                        Check(key, 2),
+                        Refund(key, 100),
+                        Peek(key),
+                        Refund(key, 1),
+                        Check(key, 10),
+                    ]
+                })
+                .chain([Refund("never-seen", 3), Peek("never-seen")])
+                .collect(),
+        ),
+        (
             "plans share one bucket: a move keeps what was spent, capped at the new burst",
             "api = { rate = \"10/min\", plans = { pro = \"100/min\", tiny = \"3/min\" } }\n",
             vec![
@@ -261,6 +292,12 @@ async fn run<St: Store>(
                 decisions.push((format!("{step:?}"), decision));
             }
             Peek(key) => decisions.push((format!("{step:?}"), limits.peek(key).await.unwrap())),
+            Charge(key, n) => {
+                decisions.push((format!("{step:?}"), limits.charge(key, n).await.unwrap()))
+            }
+            Refund(key, n) => {
+                decisions.push((format!("{step:?}"), limits.refund(key, n).await.unwrap()))
+            }
             OnPlan(key, cost, plan) => {
                 let decision = limits
                     .check_plan(key, Some(cost), Some(plan))

@@ -77,6 +77,8 @@ async fn run<St: Store>(
         Handler::Check => rules::check(&shared.limits, args, true, reply).await,
         Handler::Peek => rules::check(&shared.limits, args, false, reply).await,
         Handler::Explain => rules::explain(&shared.limits, args, reply),
+        Handler::Charge => rules::adjust(&shared.limits, args, true, reply).await,
+        Handler::Refund => rules::adjust(&shared.limits, args, false, reply).await,
         Handler::Ping => match args.first() {
             None => reply.simple("PONG"),
             Some(message) => reply.bulk(message),

@@ -5,6 +5,8 @@
 //! TG.PEEK key [PLAN p]           → the same, taking nothing
 //! TG.EXPLAIN key [PLAN p]        → key, route, client, rule, bucket, each prefix tried, the
 //!                                  key's parts beside the route ([key] parts), the plan
+//! TG.CHARGE key n                → as TG.CHECK, having taken n even past empty
+//! TG.REFUND key n                → as TG.PEEK, having given n back (never past full)
 //! ```
 //!
 //! `key` is a request key, `route/client` (`api/search/203.0.113.7`). `COST` defaults to the
@@ -47,6 +49,31 @@ pub(super) async fn check<St: Store>(
     {
         tokio::time::sleep(decision.delay()).await;
     }
+    answer(result, reply);
+}
+
+/// `TG.CHARGE key n` (`charge`) or `TG.REFUND key n`: a cost settled out of band.
+pub(super) async fn adjust<St: Store>(
+    limits: &Limits<St>,
+    args: &[&[u8]],
+    charge: bool,
+    reply: &mut Reply<'_>,
+) {
+    let Some(key) = key(args, reply) else {
+        return;
+    };
+    let Some(n) = integer(args.get(1))
+        .ok()
+        .and_then(|n| u64::try_from(n).ok())
+        .filter(|&n| n >= 1)
+    else {
+        return reply.error(INVALID_INTEGER);
+    };
+    let result = if charge {
+        limits.charge(key, n).await
+    } else {
+        limits.refund(key, n).await
+    };
     answer(result, reply);
 }
 

@@ -16,6 +16,10 @@ pub(super) enum Handler {
     Peek,
     /// `TG.EXPLAIN`.
     Explain,
+    /// `TG.CHARGE`.
+    Charge,
+    /// `TG.REFUND`.
+    Refund,
     Ping,
     Echo,
     Hello,
@@ -116,7 +120,7 @@ const fn spec(
 }
 
 /// The commands, in the order `COMMAND` lists them and metrics are kept.
-pub(super) const COMMANDS: [Spec; 20] = [
+pub(super) const COMMANDS: [Spec; 22] = [
     spec(
         "rl.reduce",
         Arity::between(3, 10),
@@ -191,6 +195,20 @@ pub(super) const COMMANDS: [Spec; 20] = [
         "readonly",
         Handler::Explain,
         "TG.EXPLAIN key [PLAN p]: which rule, plan and bucket the key uses, and why",
+    ),
+    spec(
+        "tg.charge",
+        Arity::exactly(2),
+        "write",
+        Handler::Charge,
+        "TG.CHARGE key n: take n tokens even past empty (a cost learned afterwards); answers as TG.CHECK",
+    ),
+    spec(
+        "tg.refund",
+        Arity::exactly(2),
+        "write",
+        Handler::Refund,
+        "TG.REFUND key n: give n tokens back, never past full; answers as TG.PEEK after it",
     ),
     spec(
         "ping",

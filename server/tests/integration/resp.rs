@@ -495,3 +495,39 @@ async fn caller_defined_buckets_are_listed_forgiven_and_survive_a_restart() {
         "a restart hands out nothing"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tg_charge_and_tg_refund_settle_costs_known_afterwards() {
+    let (_running, address) = gateway(RULES).await;
+    let mut redis = client(address, false).await;
+    let reply = |value: redis::Value| -> (i64, i64, i64, i64, String) {
+        redis::from_redis_value(value).unwrap()
+    };
+    // 1000 a day: a response that turned out to cost 1200 puts the key 200 in debt.
+    let charged = reply(send(&mut redis, "TG.CHARGE llm/key-1 1200").await.unwrap());
+    assert_eq!((charged.0, charged.1, charged.4.as_str()), (0, 0, "/"));
+    let refused = reply(send(&mut redis, "TG.CHECK llm/key-1").await.unwrap());
+    assert_eq!(refused.0, 0, "in debt: refused until it is paid off");
+    assert!(refused.2 > 0, "{refused:?}");
+    // 500 given back: the debt is paid and 300 are free again.
+    let refunded = reply(send(&mut redis, "TG.REFUND llm/key-1 500").await.unwrap());
+    assert_eq!((refunded.0, refunded.1), (1, 300));
+    // Never past full.
+    let full = reply(
+        send(&mut redis, "TG.REFUND llm/key-1 100000")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(full.1, 1000);
+    for bad in [
+        "TG.CHARGE llm/key-1 0",
+        "TG.REFUND llm/key-1 -5",
+        "TG.CHARGE llm/key-1 many",
+    ] {
+        assert!(send(&mut redis, bad).await.is_err(), "{bad}");
+    }
+    assert!(
+        send(&mut redis, "TG.CHARGE llm/key-1").await.is_err(),
+        "arity"
+    );
+}

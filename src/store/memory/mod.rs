@@ -271,6 +271,15 @@ impl MemoryStore {
         }
         // A new bucket. A full bucket and a missing one are the same: store only what took
         // something (or what strict mode held back).
+        if request.mode == CheckMode::Refund {
+            // Nothing taken, nothing to give back: a missing bucket is a full one.
+            let peek = CheckRequest {
+                mode: CheckMode::Peek,
+                cost: 0,
+                ..request
+            };
+            return State::fresh(request.algorithm, request.quotas, 0, now).decide(&peek, now);
+        }
         let keep = |decision: &Decision| {
             request.mode.takes(decision.allowed())
                 || (request.strict && request.mode != CheckMode::Peek)
@@ -352,6 +361,16 @@ fn decide_compact(
     if compact.interval() != interval {
         let old = [compact.interval().nanos()];
         gcra::carry_over(&[compact.tat], &old, request.quotas, now, &mut tat);
+    }
+    if request.mode == CheckMode::Refund {
+        gcra::give_back(&mut tat, request.quotas, request.cost, now);
+        compact.update(tat[0], interval, now);
+        let peek = CheckRequest {
+            mode: CheckMode::Peek,
+            cost: 0,
+            ..*request
+        };
+        return decide_gcra(&mut tat, &peek, now);
     }
     let decision = decide_gcra(&mut tat, request, now);
     // A peek changes nothing, not even the interval a bucket is measured in.

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use crate::Quota;
 use crate::algorithm::warmup::{self, Ramp, Warm};
-use crate::algorithm::{Algorithm, discrete, gcra, log, subwindow, window};
+use crate::algorithm::{Algorithm, CheckMode, discrete, gcra, log, subwindow, window};
 use crate::decision::Decision;
 use crate::store::CheckRequest;
 
@@ -452,6 +452,15 @@ impl State {
 
     /// Decides against this state.
     pub(super) fn decide(&mut self, request: &CheckRequest<'_>, now: u64) -> Decision {
+        if request.mode == CheckMode::Refund {
+            self.give_back(request.quotas, request.cost, now);
+            let peek = CheckRequest {
+                mode: CheckMode::Peek,
+                cost: 0,
+                ..*request
+            };
+            return self.decide(&peek, now);
+        }
         let quotas = request.quotas;
         match request.algorithm {
             Algorithm::Gcra => {
@@ -550,6 +559,41 @@ impl State {
                     words[n + i] = pack(counter);
                 }
                 decision
+            }
+        }
+    }
+}
+
+impl State {
+    /// Gives `cost` tokens back to every quota (a refund), never past full; a caller-defined
+    /// bucket takes none back.
+    fn give_back(&mut self, quotas: &[Quota], cost: u64, now: u64) {
+        match self {
+            State::One { tat, .. } => gcra::give_back(tat, quotas, cost, now),
+            State::Warm(words) => gcra::give_back(&mut words[..1], quotas, cost, now),
+            State::Log(log) => {
+                for _ in 0..cost.min(log.entries.len() as u64) {
+                    log.entries.pop_back();
+                }
+            }
+            State::Ring(rings) => subwindow::give_back(&mut rings.words, quotas, cost, now),
+            State::Discrete(_) => {}
+            State::Many(words) => {
+                let n = words.len() / 3;
+                let windows = words[2 * n..]
+                    .iter()
+                    .any(|tag| tag & (SLIDING_BIT | FIXED_BIT) != 0);
+                if !windows {
+                    gcra::give_back(&mut words[..n], quotas, cost, now);
+                    return;
+                }
+                let mut counters: Vec<window::Counter> =
+                    (0..n).map(|i| unpack(words[i], words[n + i])).collect();
+                window::give_back(&mut counters, quotas, cost, now);
+                for (i, counter) in counters.iter().enumerate() {
+                    words[i] = counter.start;
+                    words[n + i] = pack(counter);
+                }
             }
         }
     }

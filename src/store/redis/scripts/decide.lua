@@ -11,7 +11,8 @@
 -- KEYS[1]  the bucket
 -- ARGV[1]  now: "US" or "US:NS" (microseconds since the epoch, and nanoseconds more), or
 --          "" to read the server's TIME
--- ARGV[2]  mode: "c" consume, "p" peek, "g" charge (take even past empty), "l" lease
+-- ARGV[2]  mode: "c" consume, "p" peek, "g" charge (take even past empty), "u" refund
+--          (give cost back, never past full; then answer as a peek at no cost), "l" lease
 --          (hybrid sync, GCRA: consume, then reserve a share of what is left; below)
 -- ARGV[3]  cost
 -- ARGV[4]  strict: "1" or "0" (GCRA only)
@@ -182,6 +183,11 @@ if alg == "L" then
     end
   end
   redis.call("ZREMRANGEBYSCORE", key, "-inf", int(now - longest))
+  if mode == "u" then
+    -- A refund: the newest entries leave the log.
+    if cost > 0 then redis.call("ZPOPMAX", key, cost) end
+    cost = 0
+  end
   local function inside(p)
     return redis.call("ZCOUNT", key, "(" .. int(now - p), "+inf")
   end
@@ -317,6 +323,22 @@ if alg == "r" then
       end
     end
   end
+  if mode == "u" then
+    -- A refund: from the newest sub-window backwards, never below zero.
+    for i = 1, n do
+      local ring = rings[i]
+      local newest = roll(ring, math.floor(now / ring.r))
+      local left = cost
+      for step = 0, ring.k do
+        if left <= 0 or newest - step < 0 then break end
+        local slot = (newest - step) % (ring.k + 1)
+        local taken = math.min(left, ring.c[slot])
+        ring.c[slot] = ring.c[slot] - taken
+        left = left - taken
+      end
+    end
+    cost = 0
+  end
   local allowed = true
   local pos = {}
   for i = 1, n do
@@ -430,6 +452,14 @@ local allowed = true
 local reset = 0
 local leased = 0
 
+if mode == "u" and alg == "G" then
+  -- A refund: the debt shrinks by cost intervals, never below a full bucket.
+  for i = 1, n do
+    if s[i].d > 0 then s[i].d = math.max(s[i].d - cost * q[i].a, 0) end
+  end
+  cost = 0
+end
+
 if lease then
   -- Leases given back, then what was admitted without Redis.
   local returned, pending = tonumber(ARGV[extra + 1]), tonumber(ARGV[extra + 2])
@@ -526,6 +556,8 @@ if alg == "G" then
   end
 else
   local fixed = alg == "f"
+  local refund = mode == "u" and cost or 0
+  if mode == "u" then cost = 0 end
   -- Now's window of quota i: its start and length (a calendar window as the caller gave
   -- it, else a period from the epoch).
   local function span(i)
@@ -563,6 +595,16 @@ else
     end
     if fixed then return math.max(start + P, 0) end
     return math.max(start + 2 * P - math.min(math.floor(target * P / c.z), P), 0)
+  end
+  if refund > 0 then
+    -- A refund: from the current window's count, then the previous one's.
+    for i = 1, n do
+      local c = roll(s[i], i)
+      local from_current = math.min(refund, c.z)
+      c.z = c.z - from_current
+      c.y = math.max(c.y - (refund - from_current), 0)
+      s[i] = c
+    end
   end
   for i = 1, n do
     local c, e = roll(s[i], i)

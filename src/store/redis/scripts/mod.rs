@@ -40,6 +40,7 @@ pub(super) fn script_args(
             CheckMode::Consume | CheckMode::Session => "c",
             CheckMode::Peek => "p",
             CheckMode::Charge => "g",
+            CheckMode::Refund => "u",
         }
         .to_owned(),
     );
