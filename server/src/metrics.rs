@@ -246,6 +246,24 @@ pub const CATALOGUE: &[Metric] = &[
         &["listener"],
         "TLS handshakes that failed or timed out, by listener.",
     ),
+    metric(
+        "tollgate_settled_total",
+        Kind::Counter,
+        &["rule", "outcome"],
+        "Reservations settled from their responses (cost = { reserve, from }), by rule and outcome: refunded (used less), exact, charged (used more, the excess taken as debt), kept (no usable figure: the reservation stands).",
+    ),
+    metric(
+        "tollgate_settled_tokens_total",
+        Kind::Counter,
+        &["rule"],
+        "Tokens the responses of reserving rules said they used, by rule.",
+    ),
+    metric(
+        "tollgate_settle_faults_total",
+        Kind::Counter,
+        &["rule", "reason"],
+        "Responses whose figure could not be believed (negative, not a number, above max, malformed JSON, a body over the bound read), by rule and reason; the reservation stands.",
+    ),
 ];
 
 fn describe() {

@@ -16,7 +16,7 @@ mod slots;
 
 pub use adaptive::{AdaptiveSettings, Controller, Sample};
 pub use permit::Permit;
-pub(crate) use permit::Sampler;
+pub(crate) use permit::{BodyObserver, Sampler};
 pub(crate) use slots::{Acquired, SlotKey, SlotWait};
 pub use slots::{InFlight, Slot};
 

@@ -15,6 +15,20 @@ use crate::clock::Clock;
 pub struct Permit {
     held: Held,
     sampler: Option<Sampler>,
+    /// What reads the response body on its way out (a cost to settle from it).
+    observer: Option<Box<dyn BodyObserver>>,
+}
+
+/// Something that reads a response body as it is sent: its data and trailers, and whether
+/// it reached its end. Dropped without [`end`](Self::end) when the body failed or the
+/// client went away mid-body.
+pub(crate) trait BodyObserver: Send + Sync + std::fmt::Debug {
+    /// A data frame.
+    fn data(&mut self, bytes: &[u8]);
+    /// The trailers.
+    fn trailers(&mut self, trailers: &http::HeaderMap);
+    /// The body was sent to its end.
+    fn end(self: Box<Self>);
 }
 
 /// Where the slot is.
@@ -24,6 +38,8 @@ enum Held {
     Local(Slot),
     /// In a store shared with other instances (a Redis lease).
     Shared(Shared),
+    /// No slot: the permit only carries an observer of the body.
+    Nothing,
 }
 
 /// A shared slot's guard, and this instance's gauge of requests in flight.
@@ -61,6 +77,44 @@ impl Permit {
         Permit {
             held: Held::Local(slot),
             sampler,
+            observer: None,
+        }
+    }
+
+    /// A permit holding no slot, only `observer` of the response body.
+    pub(crate) fn observing(observer: Box<dyn BodyObserver>) -> Permit {
+        Permit {
+            held: Held::Nothing,
+            sampler: None,
+            observer: Some(observer),
+        }
+    }
+
+    /// Has `observer` read the response body too.
+    pub(crate) fn observe(&mut self, observer: Box<dyn BodyObserver>) {
+        self.observer = Some(observer);
+    }
+
+    /// Whether something reads the body.
+    pub(crate) fn observes(&self) -> bool {
+        self.observer.is_some()
+    }
+
+    /// A frame of the body, for the observer.
+    pub(crate) fn frame(&mut self, frame: &http_body::Frame<bytes::Bytes>) {
+        if let Some(observer) = self.observer.as_mut() {
+            if let Some(data) = frame.data_ref() {
+                observer.data(data);
+            } else if let Some(trailers) = frame.trailers_ref() {
+                observer.trailers(trailers);
+            }
+        }
+    }
+
+    /// The body reached its end: the observer is told.
+    pub(crate) fn body_ended(&mut self) {
+        if let Some(observer) = self.observer.take() {
+            observer.end();
         }
     }
 
@@ -78,6 +132,7 @@ impl Permit {
                 gauge,
             }),
             sampler: None,
+            observer: None,
         }
     }
 
@@ -86,6 +141,7 @@ impl Permit {
         match &self.held {
             Held::Local(slot) => slot.in_flight_at_start(),
             Held::Shared(shared) => shared.in_flight,
+            Held::Nothing => 0,
         }
     }
 

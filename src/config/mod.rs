@@ -41,7 +41,7 @@ pub use extension::{Document, Extension};
 pub(crate) use plans::membership_sources;
 pub use plans::{MAX_MEMBERS_BYTES, PlanSource, Plans};
 pub use raw::{HeaderStyle, Per};
-pub use rule::{Limit, Origin, Rule, RuleId, StatusSet};
+pub use rule::{CostSource, Limit, Origin, Rule, RuleId, Settle, StatusSet};
 pub use rule_set::RuleSet;
 #[cfg(feature = "schema")]
 pub use schema::json_schema;

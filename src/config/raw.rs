@@ -257,6 +257,65 @@ pub(crate) struct RawRule {
     pub(crate) plans: Option<Spanned<BTreeMap<Spanned<String>, Spanned<RawRule>>>>,
     pub(crate) calendar: Option<Spanned<String>>,
     pub(crate) resolution: Option<Spanned<String>>,
+    /// `cost = { reserve, from, max }`: what is reserved is `cost`; this says where the
+    /// actual figure comes from.
+    pub(crate) settle: Option<Spanned<RawSettle>>,
+}
+
+/// `cost = { reserve = N, from = "header:NAME" | "trailer:NAME" | "json:/pointer", max = M }`
+#[derive(Clone, Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSettle {
+    /// Tokens taken to admit the request (at least 1, at most each burst).
+    #[cfg_attr(feature = "schema", schemars(with = "i64"))]
+    pub(crate) reserve: Spanned<i64>,
+    /// Where the actual cost is read when the response ends: "header:NAME",
+    /// "trailer:NAME", or "json:/pointer" (a JSON body's field, or the last server-sent
+    /// event carrying it).
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
+    pub(crate) from: Spanned<String>,
+    /// The largest figure believed (default 1000000000); above it, the reservation stands.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
+    pub(crate) max: Option<Spanned<i64>>,
+}
+
+/// `cost`: a number of tokens, or a reservation settled from the response.
+#[derive(Debug)]
+pub(crate) enum RawCost {
+    Fixed(i64),
+    Settled(RawSettle),
+}
+
+impl<'de> Deserialize<'de> for RawCost {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CostVisitor;
+
+        impl<'de> Visitor<'de> for CostVisitor {
+            type Value = RawCost;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a number of tokens, or a table { reserve = N, from = \"header:NAME\" }",
+                )
+            }
+
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<RawCost, E> {
+                Ok(RawCost::Fixed(n))
+            }
+
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<RawCost, E> {
+                Ok(RawCost::Fixed(i64::try_from(n).unwrap_or(i64::MAX)))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawCost, A::Error> {
+                RawSettle::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawCost::Settled)
+            }
+        }
+
+        deserializer.deserialize_any(CostVisitor)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -269,9 +328,13 @@ pub(crate) struct RawRuleTable {
     /// How many may pass at once (per rate); defaults to the rate's count.
     #[cfg_attr(feature = "schema", schemars(with = "Option<OneOrMany<i64>>"))]
     burst: Option<Spanned<OneOrMany<i64>>>,
-    /// Tokens each request takes (default 1).
-    #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
-    cost: Option<Spanned<i64>>,
+    /// Tokens each request takes (default 1), or a reservation settled from the response:
+    /// { reserve = 1000, from = "json:/usage/total_tokens" }.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<schema_parts::CostSetting>")
+    )]
+    cost: Option<Spanned<RawCost>>,
     /// "client" (a bucket per client, the default) or "global" (one bucket for all).
     per: Option<Per>,
     /// No limit under this prefix (no bucket, no headers).
@@ -349,7 +412,19 @@ impl<'de> Deserialize<'de> for RawRule {
                 Ok(RawRule {
                     rate: table.rate,
                     burst: table.burst,
-                    cost: table.cost,
+                    cost: table.cost.as_ref().map(|cost| match cost.get_ref() {
+                        RawCost::Fixed(n) => Spanned::new(cost.span(), *n),
+                        RawCost::Settled(settle) => {
+                            Spanned::new(settle.reserve.span(), *settle.reserve.get_ref())
+                        }
+                    }),
+                    settle: table.cost.and_then(|cost| {
+                        let span = cost.span();
+                        match cost.into_inner() {
+                            RawCost::Settled(settle) => Some(Spanned::new(span, settle)),
+                            RawCost::Fixed(_) => None,
+                        }
+                    }),
                     per: table.per,
                     unlimited: table.unlimited,
                     strict: table.strict,
@@ -453,6 +528,24 @@ pub(crate) mod schema_parts {
             let one = generator.subschema_for::<T>();
             json_schema!({
                 "anyOf": [one.clone(), { "type": "array", "items": one, "minItems": 1 }]
+            })
+        }
+    }
+
+    /// `cost`: a number, or a reservation table.
+    pub(crate) struct CostSetting;
+
+    impl JsonSchema for CostSetting {
+        fn schema_name() -> Cow<'static, str> {
+            "CostSetting".into()
+        }
+
+        fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "anyOf": [
+                    { "type": "integer", "minimum": 1 },
+                    generator.subschema_for::<super::RawSettle>()
+                ]
             })
         }
     }

@@ -43,11 +43,15 @@ pub(crate) enum Plan<'r, F> {
     },
 }
 
-/// What a `count_status` request will be charged, if its response counts.
+/// What a request owes once its response is known: a `count_status` request's cost, if
+/// its response counts; or, for a rule that reserves and settles (`cost = { reserve,
+/// from }`), what it reserved.
 #[derive(Debug)]
 pub(crate) struct Charge {
     pub(crate) client: Client<'static>,
     pub(crate) cost: u64,
+    /// `cost` was taken at admission, to be settled from the response.
+    pub(crate) reserved: bool,
 }
 
 /// A request's own cost, overriding its rule's `cost`: insert it into the request's
@@ -197,6 +201,23 @@ impl<St: Store> Limits<St> {
     pub async fn peek_plan(&self, key: &str, plan: Option<&str>) -> Result<Decision, StoreError> {
         self.planned_decision(key, CheckMode::Peek, None, self.now(), plan)
             .await
+    }
+
+    /// Settles a reservation: `actual` replaces what `charge` reserved — the difference
+    /// charged (into debt if need be) or given back. `None` when they are equal.
+    pub(crate) fn settle_reserved(
+        &self,
+        rule: &Rule,
+        charge: &Charge,
+        actual: u64,
+    ) -> Option<St::Future> {
+        let now = self.shared.clock.now();
+        let (mode, difference) = match actual.cmp(&charge.cost) {
+            std::cmp::Ordering::Equal => return None,
+            std::cmp::Ordering::Greater => (CheckMode::Charge, actual - charge.cost),
+            std::cmp::Ordering::Less => (CheckMode::Refund, charge.cost - actual),
+        };
+        self.start_check(rule, &charge.client, mode, Some(difference), now)
     }
 
     async fn key_decision(
@@ -350,9 +371,11 @@ impl<St: Store> Limits<St> {
         let Some(decision) = self.start_check(rule, &client, mode, cost, now) else {
             return Plan::Pass(permit);
         };
-        let charge = counts_status.then(|| Charge {
+        let reserves = rule.settle().is_some();
+        let charge = (counts_status || reserves).then(|| Charge {
             cost: cost.unwrap_or_else(|| rule.cost()),
             client: client.clone().into_owned(),
+            reserved: reserves,
         });
         Plan::Check {
             index,

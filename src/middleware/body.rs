@@ -156,8 +156,19 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project().kind.project() {
-            KindProj::Inner { body, permit } => {
-                let frame = body.poll_frame(cx);
+            KindProj::Inner { mut body, permit } => {
+                let frame = body.as_mut().poll_frame(cx);
+                match (&frame, permit.as_mut()) {
+                    (Poll::Ready(Some(Ok(frame))), Some(held)) if held.observes() => {
+                        held.frame(frame);
+                        // hyper stops polling a body that says it has ended.
+                        if body.is_end_stream() {
+                            held.body_ended();
+                        }
+                    }
+                    (Poll::Ready(None), Some(held)) => held.body_ended(),
+                    _ => {}
+                }
                 // Sent to its end, or failed: the slot is free before the body is dropped.
                 if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
                     *permit = None;

@@ -24,8 +24,10 @@ use tower::Service;
 use super::body::{BodyStyle, Wrapped};
 use super::outcome::Outcome;
 use super::response::{RateLimitHeaders, busy};
+use super::settle::{self, BodyReader, BodySettlement};
 use crate::clock::Timestamp;
 use crate::concurrency::Permit;
+use crate::config::CostSource;
 use crate::key::Client;
 use crate::limits::{Active, Charge, Limits, Plan, QueuedPermit};
 use crate::store::{Store, StoreError};
@@ -124,7 +126,18 @@ struct Parked<S, B, St> {
     now: Timestamp,
 }
 
-/// What a `count_status` request owes if its response counts.
+/// How a reservation is settled once the response's head is known.
+enum Settle<St: Store> {
+    /// From a header: the store is settling it now.
+    Now(Box<PendingCharge<St>>, St::Future),
+    /// From the body, by this observer, when it ends.
+    FromBody(Box<dyn crate::concurrency::BodyObserver>),
+    /// Nothing to settle (the figure equals the reservation, or is missing or bad).
+    Kept,
+}
+
+/// What a `count_status` request owes if its response counts, or what a reservation
+/// settles against.
 pub(crate) struct PendingCharge<St> {
     pub(crate) limits: Limits<St>,
     pub(crate) rules: Arc<Active>,
@@ -158,6 +171,40 @@ impl<St: Store> PendingCharge<St> {
             return None;
         }
         self.limits.charge_counted(rule, &self.charge)
+    }
+
+    /// Settles a reservation from the response's head (a `header:` source), or hands back
+    /// what will read its body (trailer, JSON, events).
+    fn settle_from_head<B>(self: Box<Self>, response: &http::Response<B>) -> Settle<St> {
+        let Some(spec) = self.rules.rule(self.index).and_then(|rule| rule.settle()) else {
+            return Settle::Kept;
+        };
+        let (source, max) = (spec.from.clone(), spec.max);
+        if let CostSource::Header(name) = &source {
+            let figure = settle::figure_of_header(response.headers().get(name), max);
+            return match settle::settle(&self.limits, &self.rules, self.index, &self.charge, figure)
+            {
+                Some(settling) => Settle::Now(self, settling),
+                None => Settle::Kept,
+            };
+        }
+        let content_type = response.headers().get(http::header::CONTENT_TYPE);
+        let Some(reader) = BodyReader::new(&source, content_type, max) else {
+            return Settle::Kept;
+        };
+        let PendingCharge {
+            limits,
+            rules,
+            index,
+            charge,
+        } = *self;
+        Settle::FromBody(Box::new(BodySettlement {
+            limits,
+            rules,
+            index,
+            charge,
+            reader,
+        }))
     }
 
     /// The headers after the charge: they show what the charge left.
@@ -460,6 +507,33 @@ where
                         permit.finished(!response.status().is_server_error());
                     }
                     let mut headers = headers.take();
+                    if let Some(pending) = charge.take_if(|pending| pending.charge.reserved) {
+                        // A reservation: settled from the head now, or from the body later.
+                        match pending.settle_from_head(&response) {
+                            Settle::Now(pending, mut settling) => {
+                                match Pin::new(&mut settling).poll(cx) {
+                                    Poll::Ready(result) => {
+                                        headers = pending.headers(result, headers);
+                                    }
+                                    Poll::Pending => {
+                                        state.set(State::Charging {
+                                            charging: settling,
+                                            response: Some(response),
+                                            pending: Some(pending),
+                                            headers,
+                                            permit,
+                                        });
+                                        continue;
+                                    }
+                                }
+                            }
+                            Settle::FromBody(observer) => match permit.as_mut() {
+                                Some(held) => held.observe(observer),
+                                None => permit = Some(Box::new(Permit::observing(observer))),
+                            },
+                            Settle::Kept => {}
+                        }
+                    }
                     if let Some(pending) = charge.take()
                         && let Some(mut charging) = pending.start(response.status())
                     {

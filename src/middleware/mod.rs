@@ -39,6 +39,7 @@ mod layer;
 mod outcome;
 pub mod response;
 mod service;
+pub(crate) mod settle;
 
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;

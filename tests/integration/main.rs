@@ -27,6 +27,7 @@ mod redis_tls;
 mod reload;
 mod remote_config;
 mod resolution;
+mod settle;
 mod shaping;
 mod snapshots;
 mod support;

@@ -18,6 +18,7 @@ mod gateway;
 mod grpc;
 mod grpc_protos;
 mod in_flight;
+mod llm;
 mod metrics;
 mod observability;
 mod plans;

@@ -119,6 +119,10 @@ pub(super) fn compile_limit(
     {
         resolution(&at, field, algorithm, &mut quotas, diagnostics);
     }
+    let settle = raw
+        .settle
+        .as_ref()
+        .and_then(|field| settle(&at, field, count_status.is_some(), diagnostics));
     let per = raw.per.unwrap_or_default();
     let shaping = if diagnostics.len() == before {
         let context = shaping::Context {
@@ -141,6 +145,7 @@ pub(super) fn compile_limit(
         concurrency,
         shadow: raw.shadow.as_ref().is_some_and(|s| *s.get_ref()),
         count_status,
+        settle,
     })
 }
 
@@ -340,6 +345,53 @@ fn bursts(
         .iter()
         .map(|(burst, span)| (*burst, at.field(span.as_ref(), field.span())))
         .collect()
+}
+
+/// `cost = { reserve, from, max }`: where the actual figure is read, and the most believed.
+fn settle(
+    at: &At<'_>,
+    field: &Spanned<crate::config::raw::RawSettle>,
+    counts_status: bool,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<crate::config::Settle> {
+    /// The largest figure believed unless `max` says.
+    const DEFAULT_MAX: u64 = 1_000_000_000;
+    let raw = field.get_ref();
+    if counts_status {
+        diagnostics.push(at.source.at(
+            field.span(),
+            format!(
+                "rule \"{}\" charges by status (count_status) and by the response's own figure (cost.from): choose one",
+                at.name
+            ),
+        ));
+        return None;
+    }
+    let from = match raw.from.get_ref().parse::<crate::config::CostSource>() {
+        Ok(from) => from,
+        Err(message) => {
+            diagnostics.push(at.source.at(raw.from.span(), message));
+            return None;
+        }
+    };
+    let max = match &raw.max {
+        None => DEFAULT_MAX,
+        Some(max) => match u64::try_from(*max.get_ref()) {
+            Ok(n) if n >= 1 && i64::try_from(n).is_ok_and(|n| n >= *raw.reserve.get_ref()) => n,
+            _ => {
+                diagnostics.push(at.source.at(
+                    max.span(),
+                    format!(
+                        "max must be at least the reservation ({}), found {}",
+                        raw.reserve.get_ref(),
+                        max.get_ref()
+                    ),
+                ));
+                return None;
+            }
+        },
+    };
+    Some(crate::config::Settle { from, max })
 }
 
 /// `cost`: at least 1, by default 1.

@@ -135,6 +135,9 @@ fn merge(
     if plan.cost.is_some() {
         merged.cost = plan.cost.clone();
     }
+    if plan.settle.is_some() {
+        merged.settle = plan.settle.clone();
+    }
     if merged.unlimited.as_ref().is_some_and(|u| *u.get_ref()) {
         // An unlimited rule whose plan gives no rate: unlimited for that plan too.
         return Some(RawRule {

@@ -1,0 +1,443 @@
+//! Settling a reservation from the response (`cost = { reserve, from }`): reading what the
+//! response says it cost — a header, a trailer, a JSON body's field, or the last
+//! server-sent event carrying it — within bounds, and charging or refunding the
+//! difference when the response ends.
+//!
+//! What is read is never changed: the reader only looks at the frames on their way out.
+//! A response that never says, says something that is not a count (negative, not a number,
+//! above the rule's `max`, malformed JSON, a JSON body larger than [`MAX_JSON_BODY`]), fails
+//! mid-body, or is dropped because the client went away, keeps its reservation; the faults
+//! are counted (`tollgate_settle_faults_total`) and logged once per rule a minute.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use http::{HeaderMap, HeaderValue};
+use parking_lot::Mutex;
+
+use crate::concurrency::BodyObserver;
+use crate::config::CostSource;
+use crate::limits::{Active, Charge, Limits};
+use crate::store::Store;
+
+/// The most of a JSON body kept to read its figure from.
+pub(crate) const MAX_JSON_BODY: usize = 1 << 20;
+
+/// The most of one server-sent event kept (its `data:` lines).
+pub(crate) const MAX_EVENT: usize = 64 << 10;
+
+/// What a response said it cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Figure {
+    /// A count within the bound.
+    Found(u64),
+    /// Nothing said: the reservation stands, and that is no fault.
+    Missing,
+    /// Something said that cannot be believed: the reservation stands, counted as a fault.
+    Bad(&'static str),
+}
+
+/// A figure as text (a header's or trailer's value, or a JSON number's).
+fn figure_of_text(text: &str, max: u64) -> Figure {
+    let text = text.trim();
+    if text.starts_with('-') {
+        return Figure::Bad("negative");
+    }
+    match text.parse::<u64>() {
+        Ok(n) if n <= max => Figure::Found(n),
+        Ok(_) => Figure::Bad("above max"),
+        Err(_) if text.bytes().all(|b| b.is_ascii_digit()) && !text.is_empty() => {
+            Figure::Bad("above max")
+        }
+        Err(_) => Figure::Bad("not a number"),
+    }
+}
+
+/// A header's (or trailer's) figure.
+pub(crate) fn figure_of_header(value: Option<&HeaderValue>, max: u64) -> Figure {
+    match value.map(HeaderValue::to_str) {
+        None => Figure::Missing,
+        Some(Ok(text)) => figure_of_text(text, max),
+        Some(Err(_)) => Figure::Bad("not a number"),
+    }
+}
+
+/// The figure at `pointer` in a JSON document.
+fn figure_of_json(document: &serde_json::Value, pointer: &str, max: u64) -> Figure {
+    match document.pointer(pointer) {
+        None | Some(serde_json::Value::Null) => Figure::Missing,
+        Some(serde_json::Value::Number(number)) => match (number.as_u64(), number.as_f64()) {
+            (Some(n), _) if n <= max => Figure::Found(n),
+            (Some(_), _) => Figure::Bad("above max"),
+            (None, Some(x)) if x < 0.0 => Figure::Bad("negative"),
+            _ => Figure::Bad("not a whole number"),
+        },
+        Some(_) => Figure::Bad("not a number"),
+    }
+}
+
+/// Reads a body's figure as its frames go by: a trailer, a JSON body (buffered up to
+/// [`MAX_JSON_BODY`]) or server-sent events (each event up to [`MAX_EVENT`]; the last one
+/// carrying the field wins).
+#[derive(Debug)]
+pub(crate) struct BodyReader {
+    source: CostSource,
+    events: bool,
+    max: u64,
+    buffer: Vec<u8>,
+    /// The body (or an event) outgrew its bound.
+    overflowed: bool,
+    /// What the last complete event said (events only), or the trailer's figure.
+    last: Figure,
+}
+
+impl BodyReader {
+    /// A reader for `source` of a body of `content_type`; `None` for a header source
+    /// (read at once from the response's head).
+    pub(crate) fn new(
+        source: &CostSource,
+        content_type: Option<&HeaderValue>,
+        max: u64,
+    ) -> Option<BodyReader> {
+        if matches!(source, CostSource::Header(_)) {
+            return None;
+        }
+        let events = content_type.and_then(|v| v.to_str().ok()).is_some_and(|t| {
+            t.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        });
+        Some(BodyReader {
+            source: source.clone(),
+            events,
+            max,
+            buffer: Vec::new(),
+            overflowed: false,
+            last: Figure::Missing,
+        })
+    }
+
+    pub(crate) fn data(&mut self, bytes: &[u8]) {
+        let CostSource::Json(pointer) = &self.source else {
+            return;
+        };
+        if !self.events {
+            if self.buffer.len() + bytes.len() > MAX_JSON_BODY {
+                self.overflowed = true;
+                self.buffer = Vec::new();
+            } else if !self.overflowed {
+                self.buffer.extend_from_slice(bytes);
+            }
+            return;
+        }
+        let pointer = pointer.clone();
+        for &byte in bytes {
+            if self.buffer.len() >= MAX_EVENT && !self.overflowed {
+                // An event too large to keep: skipped until the next one starts.
+                self.overflowed = true;
+                self.buffer.clear();
+            }
+            if !self.overflowed {
+                self.buffer.push(byte);
+            }
+            if byte == b'\n'
+                && (self.buffer.ends_with(b"\n\n") || self.buffer.ends_with(b"\r\n\r\n"))
+            {
+                if !self.overflowed {
+                    let event = std::mem::take(&mut self.buffer);
+                    self.event(&event, &pointer);
+                }
+                self.overflowed = false;
+                self.buffer.clear();
+            }
+        }
+    }
+
+    /// One complete event: its `data:` lines, joined, read as JSON.
+    fn event(&mut self, event: &[u8], pointer: &str) {
+        let Ok(text) = std::str::from_utf8(event) else {
+            return;
+        };
+        let data: Vec<&str> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(|rest| rest.strip_prefix(' ').unwrap_or(rest))
+            .collect();
+        if data.is_empty() {
+            return;
+        }
+        let data = data.join("\n");
+        if data.trim() == "[DONE]" {
+            return;
+        }
+        match serde_json::from_str::<serde_json::Value>(&data) {
+            Ok(document) => match figure_of_json(&document, pointer, self.max) {
+                Figure::Missing => {}
+                figure => self.last = figure,
+            },
+            Err(_) => self.last = Figure::Bad("malformed JSON"),
+        }
+    }
+
+    pub(crate) fn trailers(&mut self, trailers: &HeaderMap) {
+        if let CostSource::Trailer(name) = &self.source {
+            self.last = figure_of_header(trailers.get(name), self.max);
+        }
+    }
+
+    /// The figure, the body having ended.
+    pub(crate) fn finish(self) -> Figure {
+        match &self.source {
+            CostSource::Json(pointer) if !self.events => {
+                if self.overflowed {
+                    return Figure::Bad("body larger than the bound read");
+                }
+                if self.buffer.is_empty() {
+                    return Figure::Missing;
+                }
+                match serde_json::from_slice::<serde_json::Value>(&self.buffer) {
+                    Ok(document) => figure_of_json(&document, pointer, self.max),
+                    Err(_) => Figure::Bad("malformed JSON"),
+                }
+            }
+            _ => self.last,
+        }
+    }
+}
+
+/// A reservation waiting for its response's figure, read from the body.
+pub(crate) struct BodySettlement<St: Store> {
+    pub(crate) limits: Limits<St>,
+    pub(crate) rules: Arc<Active>,
+    pub(crate) index: usize,
+    pub(crate) charge: Charge,
+    pub(crate) reader: BodyReader,
+}
+
+impl<St: Store> std::fmt::Debug for BodySettlement<St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BodySettlement")
+            .field("reserved", &self.charge.cost)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<St: Store> BodyObserver for BodySettlement<St> {
+    fn data(&mut self, bytes: &[u8]) {
+        self.reader.data(bytes);
+    }
+
+    fn trailers(&mut self, trailers: &HeaderMap) {
+        self.reader.trailers(trailers);
+    }
+
+    fn end(self: Box<Self>) {
+        let BodySettlement {
+            limits,
+            rules,
+            index,
+            charge,
+            reader,
+        } = *self;
+        if let Some(settling) = settle(&limits, &rules, index, &charge, reader.finish()) {
+            run_detached(settling);
+        }
+    }
+}
+
+/// Settles `charge` (reserved under rule `index` of `rules`) with `figure`: the difference
+/// charged or refunded, in the background if the store answers later.
+pub(crate) fn settle<St: Store>(
+    limits: &Limits<St>,
+    rules: &Active,
+    index: usize,
+    charge: &Charge,
+    figure: Figure,
+) -> Option<St::Future> {
+    let rule = rules.rule(index)?;
+    let name = rule.name_arc();
+    let actual = match figure {
+        Figure::Found(actual) => actual,
+        Figure::Missing => {
+            metrics::counter!("tollgate_settled_total", "rule" => name, "outcome" => "kept")
+                .increment(1);
+            return None;
+        }
+        Figure::Bad(reason) => {
+            metrics::counter!("tollgate_settle_faults_total", "rule" => Arc::clone(&name), "reason" => reason).increment(1);
+            metrics::counter!("tollgate_settled_total", "rule" => Arc::clone(&name), "outcome" => "kept").increment(1);
+            warn_now_and_then(&name, reason);
+            return None;
+        }
+    };
+    let outcome = match actual.cmp(&charge.cost) {
+        std::cmp::Ordering::Less => "refunded",
+        std::cmp::Ordering::Equal => "exact",
+        std::cmp::Ordering::Greater => "charged",
+    };
+    metrics::counter!("tollgate_settled_total", "rule" => Arc::clone(&name), "outcome" => outcome)
+        .increment(1);
+    metrics::counter!("tollgate_settled_tokens_total", "rule" => name).increment(actual);
+    limits.settle_reserved(rule, charge, actual)
+}
+
+/// Drives a settlement started without a response to wait for: at once if the store has
+/// answered already (memory), else on the runtime in the background.
+pub(crate) fn run_detached<F>(future: F)
+where
+    F: std::future::Future<Output = Result<crate::Decision, crate::store::StoreError>>
+        + Send
+        + Unpin
+        + 'static,
+{
+    let mut future = future;
+    let waker = std::task::Waker::noop();
+    let mut context = std::task::Context::from_waker(waker);
+    if let std::task::Poll::Ready(result) = std::pin::Pin::new(&mut future).poll(&mut context) {
+        if let Err(error) = result {
+            tracing::warn!(%error, "rate-limit store failed to settle a reservation; the reservation stands");
+        }
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(async move {
+                if let Err(error) = future.await {
+                    tracing::warn!(%error, "rate-limit store failed to settle a reservation; the reservation stands");
+                }
+            });
+        }
+        Err(_) => tracing::warn!("no runtime to settle a reservation on; the reservation stands"),
+    }
+}
+
+/// Logs a settle fault, once per rule a minute.
+fn warn_now_and_then(rule: &str, reason: &'static str) {
+    static LAST: LazyLock<Mutex<HashMap<String, Instant>>> =
+        LazyLock::new(|| Mutex::new(HashMap::new()));
+    let now = Instant::now();
+    let mut last = LAST.lock();
+    if last
+        .get(rule)
+        .is_some_and(|at| now.duration_since(*at) < Duration::from_secs(60))
+    {
+        return;
+    }
+    // Rules are few; the map is bounded by them (and a reload's renames).
+    if last.len() > 10_000 {
+        last.clear();
+    }
+    last.insert(rule.to_owned(), now);
+    tracing::warn!(
+        rule,
+        reason,
+        "a response's cost could not be read; its reservation stands (logged once a minute per rule)"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(pointer: &str) -> CostSource {
+        CostSource::Json(pointer.to_owned())
+    }
+
+    fn read(source: &CostSource, content_type: &str, chunks: &[&str]) -> Figure {
+        let content_type = HeaderValue::from_str(content_type).unwrap();
+        let mut reader = BodyReader::new(source, Some(&content_type), 1_000_000).unwrap();
+        for chunk in chunks {
+            reader.data(chunk.as_bytes());
+        }
+        reader.finish()
+    }
+
+    #[test]
+    fn a_json_body_split_anywhere_gives_its_field() {
+        let body = r#"{"id":"x","usage":{"prompt_tokens":10,"total_tokens":42}}"#;
+        for cut in [1, 7, 20, body.len() - 1] {
+            let (a, b) = body.split_at(cut);
+            assert_eq!(
+                read(&json("/usage/total_tokens"), "application/json", &[a, b]),
+                Figure::Found(42)
+            );
+        }
+        assert_eq!(
+            read(&json("/usage/missing"), "application/json", &[body]),
+            Figure::Missing
+        );
+    }
+
+    #[test]
+    fn the_last_event_that_carries_usage_wins() {
+        let stream = [
+            "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}],\"usage\":{\"total_tokens\":5}}\n",
+            "\ndata: {\"choices\":[],\"usage\":{\"total_tokens\":57}}\n\ndata: [DONE]\n\n",
+        ];
+        assert_eq!(
+            read(
+                &json("/usage/total_tokens"),
+                "text/event-stream; charset=utf-8",
+                &stream
+            ),
+            Figure::Found(57)
+        );
+    }
+
+    #[test]
+    fn bad_figures_keep_the_reservation_and_say_why() {
+        let cases = [
+            (r#"{"usage":{"total_tokens":-3}}"#, Figure::Bad("negative")),
+            (
+                r#"{"usage":{"total_tokens":"12"}}"#,
+                Figure::Bad("not a number"),
+            ),
+            (
+                r#"{"usage":{"total_tokens":1.5}}"#,
+                Figure::Bad("not a whole number"),
+            ),
+            (
+                r#"{"usage":{"total_tokens":99999999999}}"#,
+                Figure::Bad("above max"),
+            ),
+            (
+                r#"{"usage":{"total_tokens":4"#,
+                Figure::Bad("malformed JSON"),
+            ),
+        ];
+        for (body, expected) in cases {
+            assert_eq!(
+                read(&json("/usage/total_tokens"), "application/json", &[body]),
+                expected,
+                "{body}"
+            );
+        }
+        let huge = "x".repeat(MAX_JSON_BODY + 1);
+        assert_eq!(
+            read(&json("/usage/total_tokens"), "application/json", &[&huge]),
+            Figure::Bad("body larger than the bound read")
+        );
+        assert_eq!(
+            figure_of_header(Some(&HeaderValue::from_static("12")), 10),
+            Figure::Bad("above max")
+        );
+        assert_eq!(
+            figure_of_header(Some(&HeaderValue::from_static(" 7 ")), 10),
+            Figure::Found(7)
+        );
+        assert_eq!(figure_of_header(None, 10), Figure::Missing);
+    }
+
+    #[test]
+    fn trailers_are_read_when_they_come() {
+        let source = CostSource::Trailer(http::HeaderName::from_static("x-usage"));
+        let mut reader = BodyReader::new(&source, None, 100).unwrap();
+        reader.data(b"streamed");
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-usage", HeaderValue::from_static("33"));
+        reader.trailers(&trailers);
+        assert_eq!(reader.finish(), Figure::Found(33));
+    }
+}
