@@ -15,7 +15,9 @@
 //!   `tollgate-wrapped` (`RateLimitLayer::new` alone: any body type, wrapped, which axum
 //!   boxes again), `tollgate-parts` (the first with `[key] parts = ["host", "method",
 //!   "header:x-tenant", "route", "client"]`, the rule three segments deep, with limits per
-//!   plan and every client on `[plans] default`) or `governor` (tower_governor's `GovernorLayer` keyed by peer IP, no
+//!   plan and every client on `[plans] default`), `tollgate-usage` (the first over a handler
+//!   that reports `x-usage: 1`), `tollgate-settle` (the same, its rule reserving 2 and
+//!   settling from that header: a refund each request) or `governor` (tower_governor's `GovernorLayer` keyed by peer IP, no
 //!   headers);
 //! - quota `never` (1,000,000/s with a burst of 1,000,000: nobody is denied) or `deny`
 //!   (1/s with a burst of 1: a single client is denied all but one request a second).
@@ -74,6 +76,10 @@ enum Limiter {
     TollgateNoHeaders,
     TollgateWrapped,
     TollgateParts,
+    /// `tollgate` over a handler that reports its usage in an `x-usage: 1` header.
+    TollgateUsage,
+    /// The same, its rule reserving 2 and settling from that header (1 refunded each time).
+    TollgateSettle,
     Governor,
 }
 
@@ -96,14 +102,21 @@ impl QuotaKind {
 }
 
 fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error::Error>> {
-    let app = Router::new().route("/", get(|| async { "hello\n" }));
+    let app = match limiter {
+        Limiter::TollgateUsage | Limiter::TollgateSettle => {
+            Router::new().route("/", get(|| async { ([("x-usage", "1")], "hello\n") }))
+        }
+        _ => Router::new().route("/", get(|| async { "hello\n" })),
+    };
     let (per_second, burst) = quota.rate_and_burst();
     Ok(match limiter {
         Limiter::Bare => app,
         Limiter::Tollgate
         | Limiter::TollgateNoHeaders
         | Limiter::TollgateWrapped
-        | Limiter::TollgateParts => {
+        | Limiter::TollgateParts
+        | Limiter::TollgateUsage
+        | Limiter::TollgateSettle => {
             let headers = match limiter {
                 Limiter::TollgateNoHeaders => "none",
                 _ => "ietf",
@@ -120,6 +133,11 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
                     format!(
                         ", plans = {{ free = {{ rate = \"{per_second}/s\", burst = {burst} }}, pro = \"1/s\" }}"
                     ),
+                ),
+                Limiter::TollgateSettle => (
+                    "",
+                    "/",
+                    ", cost = { reserve = 2, from = \"header:x-usage\" }".to_owned(),
                 ),
                 _ => ("", "/", String::new()),
             };

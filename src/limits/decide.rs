@@ -54,6 +54,55 @@ pub(crate) struct Charge {
     pub(crate) reserved: bool,
 }
 
+/// Tokens taken for a key before the actual cost is known ([`Limits::reserve`]): settle
+/// it with the actual figure, or drop it to keep what was reserved.
+#[must_use = "settle a reservation with what it cost, or drop it to keep the reservation"]
+pub struct Reservation<St: Store = crate::store::MemoryStore> {
+    limits: Limits<St>,
+    key: String,
+    reserved: u64,
+    decision: Decision,
+}
+
+impl<St: Store> Reservation<St> {
+    /// The decision that took the reservation: whether it was admitted, and the bucket
+    /// after it.
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    /// Tokens reserved.
+    pub fn reserved(&self) -> u64 {
+        self.reserved
+    }
+
+    /// Replaces the reservation with `actual`: the unused part given back, an excess
+    /// charged (into debt past empty). Returns the bucket afterwards. A refused
+    /// reservation took nothing, so settling it changes nothing.
+    pub async fn settle(self, actual: u64) -> Result<Decision, StoreError> {
+        if !self.decision.allowed() {
+            return Ok(self.decision);
+        }
+        match actual.cmp(&self.reserved) {
+            std::cmp::Ordering::Equal => self.limits.peek(&self.key).await,
+            std::cmp::Ordering::Greater => {
+                self.limits.charge(&self.key, actual - self.reserved).await
+            }
+            std::cmp::Ordering::Less => self.limits.refund(&self.key, self.reserved - actual).await,
+        }
+    }
+}
+
+impl<St: Store> std::fmt::Debug for Reservation<St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation")
+            .field("key", &self.key)
+            .field("reserved", &self.reserved)
+            .field("allowed", &self.decision.allowed())
+            .finish()
+    }
+}
+
 /// A request's own cost, overriding its rule's `cost`: insert it into the request's
 /// extensions before the layer (for example from `Content-Length`, to limit bytes rather
 /// than requests).
@@ -121,6 +170,35 @@ impl<St: Store> Limits<St> {
     pub async fn charge(&self, key: &str, n: u64) -> Result<Decision, StoreError> {
         self.key_decision(key, CheckMode::Charge, Some(n), self.now())
             .await
+    }
+
+    /// Reserves `n` tokens for `key` now, to be settled when the actual cost is known: a
+    /// request whose cost is learned only when it is done (tokens an LLM call used, rows a
+    /// query scanned). If the reservation is refused ([`Decision::allowed`] is false on
+    /// [`Reservation::decision`]) nothing was taken and settling changes nothing.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limits = tollgate::Limits::from_toml("[limits]\nllm = \"1000/min\"\n")?;
+    /// let reservation = limits.reserve("llm/key-1", 200).await?;
+    /// assert!(reservation.decision().allowed());
+    /// // ... the call runs, and says it used 50 tokens:
+    /// let settled = reservation.settle(50).await?;
+    /// assert_eq!(settled.remaining(), 950, "150 of the 200 given back");
+    ///
+    /// // Dropped unsettled, a reservation keeps what it took.
+    /// drop(limits.reserve("llm/key-1", 200).await?);
+    /// assert_eq!(limits.peek("llm/key-1").await?.remaining(), 750);
+    /// # Ok(()) }
+    /// ```
+    pub async fn reserve(&self, key: &str, n: u64) -> Result<Reservation<St>, StoreError> {
+        let decision = self.check(key, n).await?;
+        Ok(Reservation {
+            limits: self.clone(),
+            key: key.to_owned(),
+            reserved: n,
+            decision,
+        })
     }
 
     /// Gives `n` tokens back to `key`'s bucket, never past full: a reservation larger than

@@ -41,8 +41,8 @@ pub(crate) use active::Active;
 pub use builder::LimitsBuilder;
 pub use caller::{CallerBucket, TakeOptions};
 pub(crate) use concurrency::{Entry, QueuedPermit};
-pub use decide::RequestCost;
 pub(crate) use decide::{Charge, Plan};
+pub use decide::{RequestCost, Reservation};
 
 use crate::clock::{Clock, Timestamp};
 use crate::config::RuleSet;

@@ -628,3 +628,75 @@ async fn the_bucket_listing_and_forgiving_work_on_redis() {
         "forgiven"
     );
 }
+
+/// What `INFO commandstats` says of the decision script: how many times it ran.
+fn script_calls(server: &RedisServer) -> u64 {
+    let mut connection = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut connection)
+        .unwrap();
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_request_costs_one_round_trip_to_admit_and_one_to_settle() {
+    use tower::{Layer as _, ServiceExt as _};
+    let Some(server) = RedisServer::start("settled round trips") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("limits.toml");
+    write(
+        &config,
+        &format!(
+            "{}[limits]\nllm = {{ rate = \"100000/min\", cost = {{ reserve = 100, from = \"header:x-usage\" }} }}\n",
+            store_table(&server, "settle", "timeout = \"2s\"")
+        ),
+    );
+    let limits = Limits::builder()
+        .store(BackendStore::new())
+        .load([&config])
+        .unwrap();
+    let service = tower::service_fn(|request: http::Request<()>| async move {
+        let used = request.uri().query().unwrap_or("100").to_owned();
+        Ok::<_, std::convert::Infallible>(
+            http::Response::builder()
+                .header("x-usage", used)
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap(),
+        )
+    });
+    let layered = tollgate::RateLimitLayer::new(limits.clone()).layer(service);
+    let before = script_calls(&server);
+    for used in ["30", "250", "100", "7", "1000"] {
+        let mut request = http::Request::get(format!("/llm?{used}")).body(()).unwrap();
+        request
+            .extensions_mut()
+            .insert(tollgate::key::PeerAddr("192.0.2.9:1".parse().unwrap()));
+        let response = layered.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), http::StatusCode::OK);
+    }
+    // Five admissions, and four settlements (the one that used exactly its reservation
+    // needs none).
+    assert_eq!(script_calls(&server) - before, 9);
+    let left = limits.peek("llm/192.0.2.9").await.unwrap().remaining();
+    // 30 + 250 + 100 + 7 + 1000 used (and a few refilled at 1,667 a second meanwhile).
+    assert!(
+        (100_000 - 1_387..=100_000 - 1_387 + 500).contains(&left),
+        "{left}"
+    );
+}
