@@ -197,6 +197,16 @@ fn totals(total: &Value) -> String {
     out
 }
 
+/// A reserving rule's tokens: reserved at admission against what the responses used.
+fn tokens_line(tokens: &Value) -> String {
+    format!(
+        "tokens since start: {} reserved · {} used, by {} settled responses",
+        text(&tokens["reserved"]),
+        text(&tokens["used"]),
+        text(&tokens["settlements"])
+    )
+}
+
 fn figure(name: &str, total: &Value, series: &[Value], rule: Option<&Value>) -> String {
     let numbers = totals(total);
     let mut out = format!(
@@ -206,6 +216,13 @@ fn figure(name: &str, total: &Value, series: &[Value], rule: Option<&Value>) -> 
         escape(&numbers),
         chart(series, &format!("{name}: {numbers} in the last 15 minutes"))
     );
+    if let Some(tokens) = rule.map(|rule| &rule["tokens"]).filter(|t| t.is_object()) {
+        let _ = write!(
+            out,
+            "<p class=\"tokens\">{}</p>",
+            escape(&tokens_line(tokens))
+        );
+    }
     let top = rule
         .and_then(|rule| rule["top_refused"].as_array())
         .filter(|top| !top.is_empty());

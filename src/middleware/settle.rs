@@ -257,6 +257,13 @@ pub(crate) fn settle<St: Store>(
 ) -> Option<St::Future> {
     let rule = rules.rule(index)?;
     let name = rule.name_arc();
+    if let Some(counters) = rules.counters(index) {
+        let used = match figure {
+            Figure::Found(actual) => actual,
+            Figure::Missing | Figure::Bad(_) => charge.cost,
+        };
+        counters.settled(charge.cost, used);
+    }
     let actual = match figure {
         Figure::Found(actual) => actual,
         Figure::Missing => {

@@ -69,6 +69,13 @@ impl RuleCounters {
         }
     }
 
+    /// A reservation settled: `reserved` at admission, `used` in the end.
+    pub(crate) fn settled(&self, reserved: u64, used: u64) {
+        if let Some(traffic) = &self.traffic {
+            traffic.settled(reserved, used);
+        }
+    }
+
     fn seen(&self, now: Timestamp, seen: Seen) {
         if let Some(traffic) = &self.traffic {
             traffic.record(now, seen);

@@ -57,6 +57,27 @@ pub struct RuleTraffic {
     ring: TrafficRing,
     total: Arc<TrafficRing>,
     refused: Mutex<WindowedTop<Client<'static>>>,
+    /// Reservations settled from responses (`cost = { reserve, from }`), since start.
+    tokens: TokenTotals,
+}
+
+/// Tokens of a reserving rule's settled responses, since start.
+#[derive(Debug, Default)]
+struct TokenTotals {
+    settlements: std::sync::atomic::AtomicU64,
+    reserved: std::sync::atomic::AtomicU64,
+    used: std::sync::atomic::AtomicU64,
+}
+
+/// What a reserving rule's responses cost, since start ([`RuleReport::tokens`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Tokens {
+    /// Responses settled (a figure read, or the reservation kept).
+    pub settlements: u64,
+    /// Tokens reserved for them at admission.
+    pub reserved: u64,
+    /// Tokens they came to (the figure, or the reservation where none was usable).
+    pub used: u64,
 }
 
 impl RuleTraffic {
@@ -78,6 +99,24 @@ impl RuleTraffic {
     /// The rule's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Counts one settled reservation: `reserved` at admission, `used` in the end.
+    pub fn settled(&self, reserved: u64, used: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.tokens.settlements.fetch_add(1, Relaxed);
+        self.tokens.reserved.fetch_add(reserved, Relaxed);
+        self.tokens.used.fetch_add(used, Relaxed);
+    }
+
+    /// The rule's settled reservations so far.
+    pub fn tokens(&self) -> Tokens {
+        use std::sync::atomic::Ordering::Relaxed;
+        Tokens {
+            settlements: self.tokens.settlements.load(Relaxed),
+            reserved: self.tokens.reserved.load(Relaxed),
+            used: self.tokens.used.load(Relaxed),
+        }
     }
 }
 
@@ -115,6 +154,9 @@ pub struct RuleReport {
     pub series: Vec<SlotCounts>,
     /// The clients it refused most over the span (approximately: see [`Heavy`]).
     pub top_refused: Vec<Heavy>,
+    /// For a rule that reserves and settles: its settled responses' tokens since start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<Tokens>,
 }
 
 /// Counters kept per third of the window for the top refused clients.
@@ -158,6 +200,7 @@ impl Traffic {
             ring: TrafficRing::new(self.span, self.resolution),
             total: Arc::clone(&self.total),
             refused: Mutex::new(WindowedTop::new(self.span, TOP_CAPACITY)),
+            tokens: TokenTotals::default(),
         });
         rules.insert(name, Arc::clone(&traffic));
         Some(traffic)
@@ -187,6 +230,7 @@ impl Traffic {
                             error: heavy.error,
                         })
                         .collect(),
+                    tokens: Some(rule.tokens()).filter(|t| t.settlements > 0),
                 })
             })
             .collect();

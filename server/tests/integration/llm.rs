@@ -79,4 +79,21 @@ async fn a_key_runs_out_of_tokens_and_into_debt() {
         chat(proxy, "key-2", r#"{"messages":[]}"#).await.status,
         StatusCode::OK
     );
+
+    // The admin listener counts what was reserved and used, rule by rule, and shows it.
+    let traffic = json(&get(admin, "/traffic", &[]).await);
+    let rule = traffic["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|rule| rule["rule"] == "v1/chat")
+        .unwrap();
+    assert_eq!(rule["tokens"]["settlements"], 4, "{rule}");
+    assert_eq!(rule["tokens"]["reserved"], 4 * 500);
+    assert_eq!(rule["tokens"]["used"], 103 + 41 + 3000 + 16);
+    let page = get(admin, "/", &[]).await.body;
+    assert!(
+        page.contains("tokens since start: 2000 reserved · 3160 used, by 4 settled responses"),
+        "the page shows it"
+    );
 }
