@@ -81,9 +81,9 @@ fn decide_many(
     shaping: &Shaping,
 ) -> Decision {
     let refuses = |tat: u64, quota: &Quota| {
-        let after = tat
-            .max(now)
-            .saturating_add(cost.saturating_mul(quota.interval_nanos()));
+        let after = tat.max(now).saturating_add(
+            super::quota_cost(quota, cost, mode).saturating_mul(quota.interval_nanos()),
+        );
         after - now > shaping.tolerance(quota)
     };
     let allowed = !tats
@@ -97,7 +97,7 @@ fn decide_many(
                 let held = now
                     .saturating_add(interval)
                     .saturating_add(shaping.tolerance(quota))
-                    .saturating_sub(cost.saturating_mul(interval));
+                    .saturating_sub(super::quota_cost(quota, cost, mode).saturating_mul(interval));
                 *tat = (*tat).max(held);
             }
         }
@@ -111,7 +111,8 @@ fn decide_many(
     for (index, (tat, quota)) in tats.iter_mut().zip(quotas).enumerate() {
         let interval = quota.interval_nanos();
         let start = (*tat).max(now);
-        let taken = start.saturating_add(cost.saturating_mul(interval));
+        let taken =
+            start.saturating_add(super::quota_cost(quota, cost, mode).saturating_mul(interval));
         // A consuming admission reports the bucket after it; a peek or denial, as it stands.
         let state = if take { taken } else { start };
         if take {
@@ -128,7 +129,7 @@ fn decide_many(
             0
         } else {
             state
-                .saturating_add(cost.saturating_mul(interval))
+                .saturating_add(super::quota_cost(quota, cost, mode).saturating_mul(interval))
                 .saturating_sub(shaping.tolerance(quota))
                 .saturating_sub(now)
         };
@@ -163,19 +164,19 @@ fn decide_one(
     let interval = quota.interval_nanos();
     let tolerance = shaping.tolerance(quota);
     let start = (*tat).max(now);
-    let taken = start.saturating_add(cost.saturating_mul(interval));
+    let taken = start.saturating_add(super::quota_cost(quota, cost, mode).saturating_mul(interval));
     let allowed = taken - now <= tolerance;
     if !allowed && strict && mode == CheckMode::Consume {
         let held = now
             .saturating_add(interval)
             .saturating_add(tolerance)
-            .saturating_sub(cost.saturating_mul(interval));
+            .saturating_sub(super::quota_cost(quota, cost, mode).saturating_mul(interval));
         *tat = (*tat).max(held);
     }
     let take = mode.takes(allowed);
     // As `decide` reads it: after a strict refusal the bucket is described as it now stands.
     let start = (*tat).max(now);
-    let taken = start.saturating_add(cost.saturating_mul(interval));
+    let taken = start.saturating_add(super::quota_cost(quota, cost, mode).saturating_mul(interval));
     let state = if take { taken } else { start };
     if take {
         *tat = taken;
@@ -190,7 +191,7 @@ fn decide_one(
         0
     } else {
         state
-            .saturating_add(cost.saturating_mul(interval))
+            .saturating_add(super::quota_cost(quota, cost, mode).saturating_mul(interval))
             .saturating_sub(tolerance)
             .saturating_sub(now)
     };
@@ -204,6 +205,7 @@ fn decide_one(
 pub(crate) fn give_back(tats: &mut [u64], quotas: &[Quota], cost: u64, now: u64) {
     for (tat, quota) in tats.iter_mut().zip(quotas) {
         if *tat > now {
+            let cost = super::quota_cost(quota, cost, super::CheckMode::Refund);
             *tat = tat
                 .saturating_sub(cost.saturating_mul(quota.interval_nanos()))
                 .max(now);

@@ -96,6 +96,16 @@ impl CheckMode {
     }
 }
 
+/// What a check of `cost` in `mode` takes from `quota`: the cost, or for a quota counting
+/// requests (a rule's `requests`) one per admission and nothing for a settlement.
+pub(crate) fn quota_cost(quota: &crate::Quota, cost: u64, mode: CheckMode) -> u64 {
+    match (quota.counts_requests(), mode) {
+        (false, _) => cost,
+        (true, CheckMode::Charge | CheckMode::Refund) => 0,
+        (true, _) => cost.min(1),
+    }
+}
+
 /// Folds one quota's decision into the rule's: the most restrictive quota is described.
 pub(crate) fn keep_most_restrictive(described: &mut Option<Decision>, candidate: Decision) {
     let replace = match described {

@@ -158,6 +158,7 @@ pub(crate) fn decide(
         .zip(&positions)
         .all(|((ring, quota), &(j, e))| {
             let limit = u128::from(quota.rate().count()) * u128::from(ring.r);
+            let cost = super::quota_cost(quota, cost, mode);
             ring.scaled(j, e) + u128::from(cost) * u128::from(ring.r) <= limit
         });
     let take = mode.takes(allowed);
@@ -167,6 +168,7 @@ pub(crate) fn decide(
         rings.iter_mut().zip(quotas).zip(&positions).enumerate()
     {
         let limit = u64::from(quota.rate().count());
+        let cost = super::quota_cost(quota, cost, mode);
         if mode != CheckMode::Peek {
             let counted = ring.roll(j);
             if take {
@@ -262,9 +264,9 @@ pub(crate) fn used(words: &[u64], periods: &[(u64, u64)], now: u64) -> Vec<f64> 
 /// Gives `cost` units back to each ring (a refund): from the newest sub-window backwards,
 /// never below zero.
 pub(crate) fn give_back(words: &mut [u64], quotas: &[Quota], cost: u64, now: u64) {
-    for ring in &mut split(words, quotas) {
+    for (ring, quota) in split(words, quotas).iter_mut().zip(quotas) {
         let newest = ring.roll(now / ring.r);
-        let mut left = cost;
+        let mut left = super::quota_cost(quota, cost, CheckMode::Refund);
         for step in 0..=ring.k {
             let Some(index) = newest.checked_sub(step) else {
                 break;
@@ -404,5 +406,26 @@ mod tests {
         assert_eq!(words[0], (T0 + 50 * SECOND) / (20 * SECOND));
         assert!(admit(&mut words, &quotas, T0 + 50 * SECOND).allowed());
         assert!(!admit(&mut words, &quotas, T0 + 50 * SECOND).allowed());
+    }
+}
+
+#[cfg(test)]
+mod request_quotas {
+    use super::*;
+    use std::num::NonZeroU32;
+
+    #[test]
+    fn a_request_quota_takes_one_whatever_the_cost() {
+        let q = |rate: &str| {
+            let rate: crate::quota::Rate = rate.parse().unwrap();
+            Quota::new(rate, NonZeroU32::new(rate.count()).unwrap())
+                .unwrap()
+                .with_resolution(10_000_000_000)
+        };
+        let quotas = [q("60/min"), q("4/min").counting_requests()];
+        let mut words = vec![0; quotas.iter().map(ring_words).sum()];
+        let now = 1_000 * 60_000_000_000;
+        let decision = decide(&mut words, &quotas, 10, now, CheckMode::Consume);
+        assert!(decision.allowed(), "{decision:?}");
     }
 }

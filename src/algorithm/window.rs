@@ -125,6 +125,7 @@ impl Counter {
 /// then the previous one's, never below zero.
 pub(crate) fn give_back(counters: &mut [Counter], quotas: &[Quota], cost: u64, now: u64) {
     for (slot, quota) in counters.iter_mut().zip(quotas) {
+        let cost = super::quota_cost(quota, cost, CheckMode::Refund);
         let (window, period) = quota.window_at(now);
         let (mut counter, _) = slot.at(now, window, period, quota.calendar().is_some());
         let from_current = cost.min(counter.current);
@@ -148,6 +149,7 @@ pub(crate) fn decide(
         let (window, period) = quota.window_at(now);
         let (counter, elapsed) = counter.at(now, window, period, quota.calendar().is_some());
         let limit = u128::from(quota.rate().count()) * u128::from(period);
+        let cost = super::quota_cost(quota, cost, mode);
         counter.scaled_estimate(kind, elapsed, period) + u128::from(cost) * u128::from(period)
             <= limit
     });
@@ -159,6 +161,7 @@ pub(crate) fn decide(
         let (window, period) = quota.window_at(now);
         let (mut counter, elapsed) = slot.at(now, window, period, quota.calendar().is_some());
         let limit = u64::from(quota.rate().count());
+        let cost = super::quota_cost(quota, cost, mode);
         if take {
             counter.current = counter.current.saturating_add(cost);
         }

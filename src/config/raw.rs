@@ -260,6 +260,7 @@ pub(crate) struct RawRule {
     /// `cost = { reserve, from, max }`: what is reserved is `cost`; this says where the
     /// actual figure comes from.
     pub(crate) settle: Option<Spanned<RawSettle>>,
+    pub(crate) requests: Option<Spanned<OneOrMany<String>>>,
 }
 
 /// `cost = { reserve = N, from = "header:NAME" | "trailer:NAME" | "json:/pointer", max = M }`
@@ -386,6 +387,10 @@ pub(crate) struct RawRuleTable {
     /// ("10s" for "100/min": six), the oldest weighted by how much of it is still inside.
     #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     resolution: Option<Spanned<String>>,
+    /// Requests counted beside the cost, one each: "500/min" beside token rates, taken at
+    /// admission and never settled.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<OneOrMany<String>>"))]
+    requests: Option<Spanned<OneOrMany<String>>>,
 }
 
 impl<'de> Deserialize<'de> for RawRule {
@@ -439,6 +444,7 @@ impl<'de> Deserialize<'de> for RawRule {
                     plans: table.plans,
                     calendar: table.calendar,
                     resolution: table.resolution,
+                    requests: table.requests,
                 })
             }
         }

@@ -88,6 +88,8 @@ pub(crate) struct BodyReader {
     buffer: Vec<u8>,
     /// The body (or an event) outgrew its bound.
     overflowed: bool,
+    /// How far `buffer` has been searched for the end of an event.
+    scanned: usize,
     /// What the last complete event said (events only), or the trailer's figure.
     last: Figure,
 }
@@ -114,6 +116,7 @@ impl BodyReader {
             max,
             buffer: Vec::new(),
             overflowed: false,
+            scanned: 0,
             last: Figure::Missing,
         })
     }
@@ -132,25 +135,33 @@ impl BodyReader {
             return;
         }
         let pointer = pointer.clone();
-        for &byte in bytes {
-            if self.buffer.len() >= MAX_EVENT && !self.overflowed {
-                // An event too large to keep: skipped until the next one starts.
-                self.overflowed = true;
-                self.buffer.clear();
-            }
-            if !self.overflowed {
-                self.buffer.push(byte);
-            }
-            if byte == b'\n'
-                && (self.buffer.ends_with(b"\n\n") || self.buffer.ends_with(b"\r\n\r\n"))
-            {
-                if !self.overflowed {
-                    let event = std::mem::take(&mut self.buffer);
-                    self.event(&event, &pointer);
+        let mut bytes = bytes;
+        if self.overflowed {
+            // Skipping an event too large to keep: until the blank line that ends it.
+            match blank_line(bytes, 0) {
+                Some(end) => {
+                    self.overflowed = false;
+                    bytes = &bytes[end..];
                 }
-                self.overflowed = false;
-                self.buffer.clear();
+                None => return,
             }
+        }
+        self.buffer.extend_from_slice(bytes);
+        let mut start = 0;
+        let mut from = self.scanned;
+        while let Some(end) = blank_line(&self.buffer, from) {
+            let event = self.buffer[start..end].to_vec();
+            self.event(&event, &pointer);
+            start = end;
+            from = end;
+        }
+        self.buffer.drain(..start);
+        // Where to look next time: the last bytes may begin a blank line.
+        self.scanned = self.buffer.len().saturating_sub(3);
+        if self.buffer.len() > MAX_EVENT {
+            self.overflowed = true;
+            self.buffer = Vec::new();
+            self.scanned = 0;
         }
     }
 
@@ -169,6 +180,13 @@ impl BodyReader {
         }
         let data = data.join("\n");
         if data.trim() == "[DONE]" {
+            return;
+        }
+        // Most events of a stream are content chunks: only one naming the field's last key
+        // is parsed (`/usage/total_tokens`: one mentioning "total_tokens").
+        let key = pointer.rsplit('/').next().unwrap_or_default();
+        let key = key.replace("~1", "/").replace("~0", "~");
+        if !key.is_empty() && !data.contains(key.as_str()) {
             return;
         }
         match serde_json::from_str::<serde_json::Value>(&data) {
@@ -204,6 +222,24 @@ impl BodyReader {
             _ => self.last,
         }
     }
+}
+
+/// Where the first event in `bytes` (searched from `from`) ends: just past the blank line
+/// (`\n\n` or `\r\n\r\n`) that ends it.
+fn blank_line(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    while let Some(offset) = bytes.get(at..)?.iter().position(|&b| b == b'\n') {
+        let newline = at + offset;
+        let next = &bytes[newline + 1..];
+        if next.first() == Some(&b'\n') {
+            return Some(newline + 2);
+        }
+        if next.starts_with(b"\r\n") {
+            return Some(newline + 3);
+        }
+        at = newline + 1;
+    }
+    None
 }
 
 /// A reservation waiting for its response's figure, read from the body.
@@ -390,6 +426,34 @@ mod tests {
                 &stream
             ),
             Figure::Found(57)
+        );
+    }
+
+    #[test]
+    fn events_split_anywhere_and_oversized_ones_are_skipped() {
+        let stream = "data: {\"usage\":{\"total_tokens\":3}}\r\n\r\ndata: {\"usage\":{\"total_tokens\":9}}\n\n";
+        for cut in 1..stream.len() {
+            let (a, b) = stream.split_at(cut);
+            assert_eq!(
+                read(&json("/usage/total_tokens"), "text/event-stream", &[a, b]),
+                Figure::Found(9),
+                "cut at {cut}"
+            );
+        }
+        let huge = format!("data: {}\n\n", "x".repeat(MAX_EVENT + 10));
+        let (first, second) = huge.split_at(MAX_EVENT / 2);
+        assert_eq!(
+            read(
+                &json("/usage/total_tokens"),
+                "text/event-stream",
+                &[
+                    "data: {\"usage\":{\"total_tokens\":4}}\n\n",
+                    first,
+                    second,
+                    "data: {\"usage\":{\"total_tokens\":6}}\n\n"
+                ]
+            ),
+            Figure::Found(6)
         );
     }
 

@@ -48,6 +48,9 @@ pub struct Quota {
     calendar: Option<Calendar>,
     /// A sliding window's sub-window length (ns); 0: the two-window counter.
     resolution: u64,
+    /// Counts requests, one each, rather than the request's cost (a rule's `requests`
+    /// beside a cost settled from the response): untouched by settlements.
+    counts_requests: bool,
 }
 
 impl Quota {
@@ -66,6 +69,7 @@ impl Quota {
             interval_id: IntervalId::intern(interval),
             calendar: None,
             resolution: 0,
+            counts_requests: false,
         })
     }
 
@@ -100,6 +104,20 @@ impl Quota {
         self.resolution
     }
 
+    /// The same quota counting requests, one each, whatever a request costs (a rule's
+    /// `requests`): a charge or refund settling a request's cost leaves it alone.
+    pub(crate) fn counting_requests(self) -> Quota {
+        Quota {
+            counts_requests: true,
+            ..self
+        }
+    }
+
+    /// Whether it counts requests rather than their cost.
+    pub fn counts_requests(&self) -> bool {
+        self.counts_requests
+    }
+
     /// The calendar the quota counts per, if any.
     pub fn calendar(&self) -> Option<Calendar> {
         self.calendar
@@ -132,6 +150,7 @@ impl Quota {
             interval_id: None,
             calendar: None,
             resolution: 0,
+            counts_requests: false,
         }
     }
 

@@ -256,6 +256,31 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
                 .collect(),
         ),
         (
+            "requests counted beside a settled cost: one per admission, never settled",
+            "\"/\" = { rate = [\"60/min\", \"1000/d\"], requests = \"5/min\", cost = { reserve = 10, from = \"header:x-usage\" } }\n\
+             fixed = { rate = \"60/min\", requests = [\"3/min\", \"20/h\"], algorithm = \"fixed-window\" }\n\
+             fine = { rate = \"60/min\", requests = \"4/min\", algorithm = \"sliding-window\", resolution = \"10s\" }\n",
+            ["t", "fixed/t", "fine/t"]
+                .into_iter()
+                .flat_map(|key| {
+                    [
+                        Check(key, 10),
+                        Refund(key, 8),
+                        Check(key, 10),
+                        Charge(key, 30),
+                        Check(key, 1),
+                        Check(key, 1),
+                        Check(key, 1),
+                        Peek(key),
+                        Wait(15_000),
+                        Refund(key, 40),
+                        Check(key, 5),
+                        Peek(key),
+                    ]
+                })
+                .collect(),
+        ),
+        (
             "plans share one bucket: a move keeps what was spent, capped at the new burst",
             "api = { rate = \"10/min\", plans = { pro = \"100/min\", tiny = \"3/min\" } }\n",
             vec![

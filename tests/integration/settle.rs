@@ -207,3 +207,33 @@ async fn a_body_dropped_half_way_keeps_the_reservation_and_a_thousand_leave_noth
         "a response never read keeps its reservation"
     );
 }
+
+#[tokio::test]
+async fn requests_are_counted_beside_tokens_one_each_and_never_settled() {
+    let limits = Limits::from_toml(
+        "[limits]\nllm = { rate = [\"1000/min\", \"50000/d\"], requests = \"3/min\", \
+         cost = { reserve = 100, from = \"header:x-usage-tokens\" } }\n",
+    )
+    .unwrap();
+    let app = Router::new()
+        .route("/llm", get(upstream))
+        .layer(RateLimitLayer::new(limits.clone()));
+    for _ in 0..3 {
+        let (status, _) = send(&app, "via=header&tokens=5").await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let rule = limits.rules();
+    let rule = rule.get("llm").unwrap();
+    assert_eq!(
+        rule.quotas().iter().filter(|q| q.counts_requests()).count(),
+        1
+    );
+    // Tokens are plentiful (15 used), but three requests a minute is the limit.
+    let (status, _) = send(&app, "via=header&tokens=5").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let tokens = now_or_never(limits.peek("llm/192.0.2.1")).unwrap();
+    assert!(
+        !tokens.allowed(),
+        "the request quota is the one that refuses"
+    );
+}

@@ -114,6 +114,18 @@ pub(super) fn compile_limit(
     {
         calendar(&at, zone, &mut quotas, diagnostics);
     }
+    if let Some(field) = &raw.requests
+        && diagnostics.len() == before
+    {
+        requests(
+            &at,
+            field,
+            algorithm,
+            count_status.is_some(),
+            &mut quotas,
+            diagnostics,
+        );
+    }
     if let Some(field) = &raw.resolution
         && diagnostics.len() == before
     {
@@ -187,6 +199,46 @@ fn calendar(
     }
 }
 
+/// `requests = "500/min"` (or several): quotas counting requests, one each, beside the
+/// rule's rates of cost — taken at admission, never settled.
+fn requests(
+    at: &At<'_>,
+    field: &Spanned<OneOrMany<String>>,
+    algorithm: Algorithm,
+    counts_status: bool,
+    quotas: &mut Vec<Quota>,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    if algorithm == Algorithm::SlidingLog || counts_status {
+        diagnostics.push(at.source.at(
+            field.span(),
+            if counts_status {
+                "requests counts every admitted request; count_status charges only some responses: choose one".to_owned()
+            } else {
+                "requests needs a counter per rate; a sliding-log keeps one log for the rule (use another algorithm)".to_owned()
+            },
+        ));
+        return;
+    }
+    for (text, span) in &field.get_ref().0 {
+        let span = at.field(span.as_ref(), field.span());
+        let rate = match text.parse::<Rate>() {
+            Ok(rate) => rate,
+            Err(error) => {
+                diagnostics.push(at.source.at(span, error.to_string()));
+                continue;
+            }
+        };
+        match NonZeroU32::new(rate.count()).and_then(|burst| Quota::new(rate, burst)) {
+            Some(quota) => quotas.push(quota.counting_requests()),
+            None => diagnostics.push(
+                at.source
+                    .at(span, format!("requests rate \"{rate}\" is out of range")),
+            ),
+        }
+    }
+}
+
 /// `resolution = "10s"`: a sliding window counted in sub-windows of that length, each rate's
 /// period a whole number of them, at most [`MAX_SUBWINDOWS`](crate::algorithm::subwindow::MAX_SUBWINDOWS).
 fn resolution(
@@ -250,7 +302,8 @@ fn unlimited(at: &At<'_>, raw: &RawRule, diagnostics: &mut Vec<Diagnostic>) -> O
         || raw.warmup.is_some()
         || raw.concurrency.is_some()
         || raw.calendar.is_some()
-        || raw.resolution.is_some();
+        || raw.resolution.is_some()
+        || raw.requests.is_some();
     if others {
         diagnostics.push(at.source.at(
             at.rule.clone(),

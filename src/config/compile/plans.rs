@@ -85,6 +85,7 @@ fn merge(
         ("plans", plan.plans.is_some()),
         ("calendar", plan.calendar.is_some()),
         ("resolution", plan.resolution.is_some()),
+        ("requests", plan.requests.is_some()),
     ];
     let set: Vec<&str> = rule_fields
         .iter()

@@ -499,6 +499,8 @@ impl Store for RedisStore {
         if settings.sync == SyncMode::Local
             && request.algorithm == Algorithm::Gcra
             && *request.shaping == crate::Shaping::NONE
+            // A lease is of one kind of token; a rule counting requests too is decided in Redis.
+            && !request.quotas.iter().any(crate::Quota::counts_requests)
             && matches!(request.mode, CheckMode::Consume | CheckMode::Peek)
         {
             return inner.check_hybrid(&request, key, settings, shard);

@@ -64,7 +64,21 @@ local function from_now(us, ns)
   return (us - now) * 1000 + (ns - now_ns)
 end
 local NEVER = -1
-local mode, cost, strict, alg = ARGV[2], tonumber(ARGV[3]), ARGV[4] == "1", ARGV[5]
+local mode, strict, alg = ARGV[2], ARGV[4] == "1", ARGV[5]
+-- ARGV[3] is the cost, or "cost:mask" where the mask's i-th character is "1" for a quota
+-- counting requests (a rule's requests): one per admission, nothing when settled.
+local cost, mask = string.match(ARGV[3], "^(%d+):?([01]*)$")
+cost = tonumber(cost) or 0
+mask = mask or ""
+-- What quota i takes: the cost, or for a quota counting requests one per admission and
+-- nothing for a charge or refund (the current cost: a refund sets it to 0 once applied).
+local function qc(i)
+  if mask:sub(i, i) == "1" then
+    if mode == "g" or mode == "u" then return 0 end
+    return math.min(cost, 1)
+  end
+  return cost
+end
 local n = tonumber(ARGV[6])
 local q = {}
 for i = 1, n do
@@ -328,7 +342,7 @@ if alg == "r" then
     for i = 1, n do
       local ring = rings[i]
       local newest = roll(ring, math.floor(now / ring.r))
-      local left = cost
+      local left = qc(i)
       for step = 0, ring.k do
         if left <= 0 or newest - step < 0 then break end
         local slot = (newest - step) % (ring.k + 1)
@@ -347,7 +361,7 @@ if alg == "r" then
     local e = now - j * ring.r
     if j < ring.newest then j, e = ring.newest, ring.r - 1 end
     pos[i] = { j = j, e = e }
-    if scaled(ring, j, e) + cost * ring.r > q[i].b * ring.r then allowed = false end
+    if scaled(ring, j, e) + qc(i) * ring.r > q[i].b * ring.r then allowed = false end
   end
   local take = (consume and allowed) or mode == "g"
   local reply, reset = {}, 0
@@ -357,14 +371,14 @@ if alg == "r" then
       local counted = roll(ring, j)
       if take then
         local slot = counted % (ring.k + 1)
-        ring.c[slot] = ring.c[slot] + cost
+        ring.c[slot] = ring.c[slot] + qc(i)
       end
     end
     local remaining = math.floor(math.max(limit * ring.r - scaled(ring, j, e), 0) / ring.r)
     local next = 0
     if remaining < limit then next = until_at_most(ring, limit - remaining - 1, j) end
     local retry = 0
-    if not allowed then retry = until_at_most(ring, limit - cost, j) end
+    if not allowed then retry = until_at_most(ring, limit - qc(i), j) end
     local full = until_at_most(ring, 0, j)
     if full == NEVER then reset = NEVER elseif reset ~= NEVER then reset = math.max(reset, full) end
     reply[#reply + 1] = remaining
@@ -455,7 +469,7 @@ local leased = 0
 if mode == "u" and alg == "G" then
   -- A refund: the debt shrinks by cost intervals, never below a full bucket.
   for i = 1, n do
-    if s[i].d > 0 then s[i].d = math.max(s[i].d - cost * q[i].a, 0) end
+    if s[i].d > 0 then s[i].d = math.max(s[i].d - qc(i) * q[i].a, 0) end
   end
   cost = 0
 end
@@ -502,7 +516,7 @@ if alg == "G" then
   local stored_now = 0
   if ramp then stored_now = math.min(s[1].z + math.max(-s[1].d, 0) / ramp.cool, ramp.max) end
   local function refuses(i)
-    return math.max(s[i].d, 0) + cost * q[i].a > q[i].b
+    return math.max(s[i].d, 0) + qc(i) * q[i].a > q[i].b
   end
   for i = 1, n do
     if refuses(i) then allowed = false end
@@ -510,7 +524,7 @@ if alg == "G" then
   if not allowed and strict and consume and cost > 0 then
     for i = 1, n do
       if refuses(i) then
-        s[i].d = math.max(s[i].d, q[i].a + q[i].b - cost * q[i].a)
+        s[i].d = math.max(s[i].d, q[i].a + q[i].b - qc(i) * q[i].a)
       end
     end
     if ramp then s[1].z = stored_now end
@@ -518,7 +532,7 @@ if alg == "G" then
   local take = (consume and allowed) or mode == "g"
   for i = 1, n do
     local start = math.max(s[i].d, 0)
-    local taken = start + cost * q[i].a
+    local taken = start + qc(i) * q[i].a
     local debt = start
     local basis = 0
     if take then
@@ -535,7 +549,7 @@ if alg == "G" then
     end
     reset = math.max(reset, debt)
     local retry = 0
-    if not allowed then retry = math.max(math.max(s[i].d, 0) + cost * q[i].a - q[i].b, 0) end
+    if not allowed then retry = math.max(math.max(s[i].d, 0) + qc(i) * q[i].a - q[i].b, 0) end
     reply[#reply + 1] = debt
     reply[#reply + 1] = retry
     reply[#reply + 1] = basis
@@ -600,29 +614,31 @@ else
     -- A refund: from the current window's count, then the previous one's.
     for i = 1, n do
       local c = roll(s[i], i)
-      local from_current = math.min(refund, c.z)
+      local back = refund
+      if mask:sub(i, i) == "1" then back = 0 end
+      local from_current = math.min(back, c.z)
       c.z = c.z - from_current
-      c.y = math.max(c.y - (refund - from_current), 0)
+      c.y = math.max(c.y - (back - from_current), 0)
       s[i] = c
     end
   end
   for i = 1, n do
     local c, e = roll(s[i], i)
     local _, p = span(i)
-    if scaled(c, e, p) + cost * p > q[i].b * p then allowed = false end
+    if scaled(c, e, p) + qc(i) * p > q[i].b * p then allowed = false end
   end
   local take = (consume and allowed) or mode == "g"
   for i = 1, n do
     local _, p = span(i)
     local limit = q[i].b
     local c, e = roll(s[i], i)
-    if take then c.z = c.z + cost end
+    if take then c.z = c.z + qc(i) end
     if mode ~= "p" then s[i] = c end
     local remaining = math.floor(math.max(limit * p - scaled(c, e, p), 0) / p)
     local next = 0
     if remaining < limit then next = until_at_most(c, limit - remaining - 1, p) end
     local retry = 0
-    if not allowed then retry = until_at_most(c, limit - cost, p) end
+    if not allowed then retry = until_at_most(c, limit - qc(i), p) end
     local full = until_at_most(c, 0, p)
     if full == NEVER then reset = NEVER elseif reset ~= NEVER then reset = math.max(reset, full) end
     reply[#reply + 1] = remaining

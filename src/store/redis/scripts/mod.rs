@@ -44,7 +44,15 @@ pub(super) fn script_args(
         }
         .to_owned(),
     );
-    args.push(cost.to_string());
+    if quotas.iter().any(Quota::counts_requests) {
+        let mask: String = quotas
+            .iter()
+            .map(|q| if q.counts_requests() { '1' } else { '0' })
+            .collect();
+        args.push(format!("{cost}:{mask}"));
+    } else {
+        args.push(cost.to_string());
+    }
     args.push(if strict { "1" } else { "0" }.to_owned());
     let sub_windows =
         algorithm == Algorithm::SlidingWindow && quotas.iter().any(|q| q.resolution_nanos() > 0);
