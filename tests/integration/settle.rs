@@ -237,3 +237,55 @@ async fn requests_are_counted_beside_tokens_one_each_and_never_settled() {
         "the request quota is the one that refuses"
     );
 }
+
+#[tokio::test]
+async fn a_thousand_failing_or_panicking_requests_keep_their_reservations_and_hold_nothing() {
+    use futures_util::FutureExt as _;
+    use tower::Layer as _;
+    let limits = Limits::from_toml(
+        "[limits]\nllm = { rate = \"100000/min\", concurrency = 5, \
+         cost = { reserve = 10, from = \"header:x-usage-tokens\" } }\n",
+    )
+    .unwrap();
+    let failing = tower::service_fn(|request: Request<Body>| async move {
+        if request.uri().query() == Some("panic") {
+            panic!("the handler panicked");
+        }
+        Err::<axum::response::Response, _>(std::io::Error::other("the upstream failed"))
+    });
+    let service = RateLimitLayer::new(limits.clone()).layer(failing);
+    for n in 0..1_000 {
+        // One in ten panics (each prints its message), the rest fail.
+        let query = if n % 10 == 0 { "panic" } else { "error" };
+        let outcome = std::panic::AssertUnwindSafe(service.clone().oneshot(request(query)))
+            .catch_unwind()
+            .await;
+        match query {
+            "panic" => assert!(outcome.is_err(), "the panic reached the caller"),
+            _ => assert!(
+                matches!(outcome, Ok(Err(_))),
+                "the error reached the caller"
+            ),
+        }
+    }
+    // Every one kept its reservation (nothing settled, nothing lost), and no slot of the
+    // concurrency cap of 5 is still held: a thousand more pass one after another.
+    let bucket = now_or_never(limits.peek("llm/192.0.2.1")).unwrap();
+    assert!(
+        (100_000 - 10_000..=100_000 - 10_000 + 200).contains(&bucket.remaining()),
+        "{bucket:?}"
+    );
+    let ok = tower::service_fn(|_: Request<Body>| async {
+        Ok::<_, Infallible>(
+            axum::response::Response::builder()
+                .header("x-usage-tokens", "1")
+                .body(Body::empty())
+                .unwrap(),
+        )
+    });
+    let service = RateLimitLayer::new(limits.clone()).layer(ok);
+    for _ in 0..1_000 {
+        let response = service.clone().oneshot(request("ok")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+}
