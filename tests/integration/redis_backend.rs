@@ -655,7 +655,7 @@ async fn the_bucket_listing_and_forgiving_work_on_redis() {
 }
 
 /// What `INFO commandstats` says of the decision script: how many times it ran.
-fn script_calls(server: &RedisServer) -> u64 {
+pub(crate) fn script_calls(server: &RedisServer) -> u64 {
     let mut connection = redis::Client::open(server.url())
         .unwrap()
         .get_connection()

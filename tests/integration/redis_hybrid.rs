@@ -248,3 +248,80 @@ async fn calendar_and_sub_window_rules_share_one_budget_in_hybrid_mode() {
         assert!(limits.store().local().is_empty(), "decided in Redis");
     }
 }
+
+/// In hybrid mode a settlement goes through the bucket's lease: no round trip, and the
+/// budget in Redis ends up exact once the lease is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_go_through_the_lease_without_a_round_trip() {
+    let Some(server) = RedisServer::start("hybrid settlement") else {
+        return;
+    };
+    let clock = tollgate::clock::FakeClock::new();
+    let config = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"settle:\"\n\
+         sync = \"local\"\nsync_interval = \"100ms\"\ntimeout = \"2s\"\n[limits]\n\
+         llm = \"6000/min\"\n",
+        url = server.url()
+    );
+    let mut settings = RedisSettings::default();
+    settings.url = server.url();
+    settings.nodes = vec![server.url()];
+    let limits = Limits::builder()
+        .store(RedisStore::new(&settings).unwrap())
+        .clock(clock.clone())
+        .from_toml(&config)
+        .unwrap();
+    limits.store().use_caller_time(true);
+    // Two heartbeat rounds: the instance counts itself, so it may lease.
+    limits.store().sync_at(clock.now()).await;
+    clock.advance(Duration::from_millis(2_100));
+    limits.store().sync_at(clock.now()).await;
+    // The first reservation asks Redis, and takes a lease; the rest are local.
+    let first = limits.reserve("llm/c", 5).await.unwrap();
+    assert!(first.decision().allowed());
+    let before = crate::redis_backend::script_calls(&server);
+    let second = limits.reserve("llm/c", 2).await.unwrap();
+    assert!(second.decision().allowed());
+    first.settle(3).await.unwrap();
+    second.settle(25).await.unwrap();
+    limits.refund("llm/c", 1).await.unwrap();
+    assert_eq!(
+        crate::redis_backend::script_calls(&server),
+        before,
+        "settled through the lease, no round trip"
+    );
+    // Idle for a while: the lease and the owed tokens are settled with Redis, and Redis
+    // holds exactly what was used (3 + 25 − 1), give or take what refilled meanwhile.
+    clock.advance(Duration::from_secs(3));
+    limits.store().sync_at(clock.now()).await;
+    clock.advance(Duration::from_secs(3));
+    limits.store().sync_at(clock.now()).await;
+    let redis_only = Limits::builder()
+        .store(RedisStore::new(&settings).unwrap())
+        .clock(clock.clone())
+        .from_toml(&config.replace("sync = \"local\"\n", ""))
+        .unwrap();
+    redis_only.store().use_caller_time(true);
+    let left = redis_only.peek("llm/c").await.unwrap().remaining();
+    assert_eq!(
+        left, 6000,
+        "six seconds refill 600: the 27 used are long paid back"
+    );
+    // A charge beyond the lease is owed, and charged at the next settlement: 100 reserved
+    // (asked of Redis with a new lease of 10), 400 used — the lease's 10 spent, 290 owed.
+    let third = limits.reserve("llm/c", 100).await.unwrap();
+    let before = crate::redis_backend::script_calls(&server);
+    let settled = third.settle(400).await.unwrap();
+    assert_eq!(crate::redis_backend::script_calls(&server), before);
+    assert_eq!(
+        settled.remaining(),
+        6000 - 110 - 290,
+        "the lease's view counts what is owed"
+    );
+    assert_eq!(redis_only.peek("llm/c").await.unwrap().remaining(), 5890);
+    clock.advance(Duration::from_secs(2));
+    limits.store().sync_at(clock.now()).await;
+    // Two seconds refilled the 110 taken; the 290 owed were charged at the settlement.
+    let left = redis_only.peek("llm/c").await.unwrap().remaining();
+    assert_eq!(left, 6000 - 290);
+}

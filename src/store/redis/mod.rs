@@ -496,6 +496,16 @@ impl Store for RedisStore {
         let shard = inner.shards.for_key(&key);
         // Held (delay) and warming rules are decided in Redis: a lease spent locally would
         // schedule against this instance's view alone.
+        // A settlement in hybrid mode goes through the bucket's lease when it has one.
+        if settings.sync == SyncMode::Local
+            && request.algorithm == Algorithm::Gcra
+            && *request.shaping == crate::Shaping::NONE
+            && matches!(request.mode, CheckMode::Charge | CheckMode::Refund)
+            && !request.quotas.iter().any(crate::Quota::counts_requests)
+            && let Some(decision) = inner.hybrid.leases.settle(&key, &request)
+        {
+            return Box::pin(std::future::ready(Ok(decision)));
+        }
         if settings.sync == SyncMode::Local
             && request.algorithm == Algorithm::Gcra
             && *request.shaping == crate::Shaping::NONE

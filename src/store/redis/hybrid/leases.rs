@@ -195,6 +195,44 @@ impl Leases {
         Verdict::Remote { lease: true }
     }
 
+    /// Settles a reservation on `key` through its lease, without a round trip: a refund
+    /// (`CheckMode::Refund`) puts the tokens back into the lease (they were charged in
+    /// Redis when admitted) and a charge (`CheckMode::Charge`) spends the lease first and
+    /// keeps the rest to charge at the next settlement — into debt, as Redis would. `None`
+    /// when the bucket holds no lease under these quotas: Redis settles it.
+    pub(in crate::store::redis) fn settle(
+        &self,
+        key: &str,
+        request: &CheckRequest<'_>,
+    ) -> Option<Decision> {
+        let mut table = self.table.lock();
+        let lease = table.get_mut(key)?;
+        if lease.quotas != request.quotas || lease.debts.len() != lease.quotas.len() {
+            return None;
+        }
+        match request.mode {
+            CheckMode::Refund => lease.allowance = lease.allowance.saturating_add(request.cost),
+            CheckMode::Charge => {
+                let spent = request.cost.min(lease.allowance);
+                lease.allowance -= spent;
+                lease.pending = lease.pending.saturating_add(request.cost - spent);
+                // What is owed is owed now: the view counts it as debt.
+                let owed = request.cost - spent;
+                for (debt, quota) in lease.debts.iter_mut().zip(&lease.quotas) {
+                    *debt = debt.saturating_add(owed.saturating_mul(quota.interval_nanos()));
+                }
+            }
+            _ => return None,
+        }
+        lease.last_used = request.now;
+        let allowed = lease.debts.iter().zip(&lease.quotas).all(|(debt, quota)| {
+            debt.saturating_sub(duration_nanos(request.now.saturating_since(lease.synced)))
+                .saturating_sub(lease.allowance.saturating_mul(quota.interval_nanos()))
+                <= quota.capacity_nanos()
+        });
+        lease.view(request.now, allowed, 0)
+    }
+
     /// Records a lease call's answer for `request` on `key`: the tokens now leased and the
     /// global state; a refusal is repeated locally for at least `hold`.
     pub(in crate::store::redis) fn leased(
