@@ -163,20 +163,22 @@ fn decide_one(
 ) -> Decision {
     let interval = quota.interval_nanos();
     let tolerance = shaping.tolerance(quota);
+    // What this request takes, in nanoseconds of the quota's interval.
+    let spend = super::quota_cost(quota, cost, mode).saturating_mul(interval);
     let start = (*tat).max(now);
-    let taken = start.saturating_add(super::quota_cost(quota, cost, mode).saturating_mul(interval));
+    let taken = start.saturating_add(spend);
     let allowed = taken - now <= tolerance;
     if !allowed && strict && mode == CheckMode::Consume {
         let held = now
             .saturating_add(interval)
             .saturating_add(tolerance)
-            .saturating_sub(super::quota_cost(quota, cost, mode).saturating_mul(interval));
+            .saturating_sub(spend);
         *tat = (*tat).max(held);
     }
     let take = mode.takes(allowed);
     // As `decide` reads it: after a strict refusal the bucket is described as it now stands.
     let start = (*tat).max(now);
-    let taken = start.saturating_add(super::quota_cost(quota, cost, mode).saturating_mul(interval));
+    let taken = start.saturating_add(spend);
     let state = if take { taken } else { start };
     if take {
         *tat = taken;
@@ -191,7 +193,7 @@ fn decide_one(
         0
     } else {
         state
-            .saturating_add(super::quota_cost(quota, cost, mode).saturating_mul(interval))
+            .saturating_add(spend)
             .saturating_sub(tolerance)
             .saturating_sub(now)
     };
