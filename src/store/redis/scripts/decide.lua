@@ -120,7 +120,8 @@ if stored then
     local at = 3
     for i = 1, m do
       local p, r, newest = tonumber(words[at]), tonumber(words[at + 1]), tonumber(words[at + 2])
-      if not (p and r and newest) or r <= 0 then
+      -- A state no rule could have written (at most 60 sub-windows) is not read.
+      if not (p and r and newest) or r <= 0 or p / r > 60 then
         old = nil
         break
       end
