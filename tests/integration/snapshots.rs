@@ -159,3 +159,27 @@ fn a_full_disk_keeps_the_last_good_snapshot() {
     let restarted = start(&config, &clock);
     assert!(!allowed(&restarted, "reports/tenant-7"));
 }
+
+#[test]
+fn sub_window_counts_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("buckets.snapshot");
+    let config = config(
+        &snapshot,
+        "fine = { rate = \"6/h\", algorithm = \"sliding-window\", resolution = \"10m\" }\n",
+    );
+    let clock = FakeClock::new();
+    let before = start(&config, &clock);
+    for _ in 0..4 {
+        assert!(allowed(&before, "fine/c"));
+    }
+    assert_eq!(before.save_snapshot().unwrap(), 1);
+    drop(before);
+    let after = start(&config, &clock);
+    let state = now_or_never(after.peek("fine/c")).unwrap();
+    assert_eq!(
+        state.remaining(),
+        2,
+        "the four counted in the ring are still counted"
+    );
+}

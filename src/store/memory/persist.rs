@@ -178,6 +178,12 @@ fn restored_state(rules: &RuleSet, key: &str, record: &Record) -> Option<(RuleId
                 .chunks_exact(2)
                 .map(|pair| (pair[0], pair[1]))
                 .collect();
+            // What no rule could have written (at most 60 sub-windows a period) is not read.
+            if periods.iter().any(|&(period, resolution)| {
+                resolution == 0 || period / resolution > crate::algorithm::subwindow::MAX_SUBWINDOWS
+            }) {
+                return None;
+            }
             let expected: usize = periods
                 .iter()
                 .map(|&(period, resolution)| 2 + (period / resolution.max(1)).max(1) as usize)
