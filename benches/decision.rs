@@ -13,11 +13,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -25,6 +22,7 @@ use governor::RateLimiter;
 use http::{Request, Response};
 use tollgate::key::PeerAddr;
 use tollgate::{Limits, RateLimit};
+use tollgate_testkit::now_or_never as settle;
 use tower::Service;
 
 /// A config with `rules` rules, three of them on the benchmarked path.
@@ -40,13 +38,6 @@ fn config(rules: usize, rate: &str) -> String {
 
 fn client(i: u32) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i))
-}
-
-fn settle<F: Future>(future: F) -> F::Output {
-    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(output) => output,
-        Poll::Pending => unreachable!("in-memory decisions are immediate"),
-    }
 }
 
 /// Never denies during the run: every client stays well inside its budget.

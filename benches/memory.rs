@@ -12,29 +12,10 @@
     missing_docs
 )]
 
-use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
-use std::pin::pin;
 use std::process::Command;
-use std::task::{Context, Poll, Waker};
 use std::time::Instant;
-
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
-}
-
-fn settle<F: Future>(future: F) -> F::Output {
-    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(output) => output,
-        Poll::Pending => unreachable!(),
-    }
-}
+use tollgate_testkit::{now_or_never as settle, rss_bytes};
 
 fn client(i: u32) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i))

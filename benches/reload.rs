@@ -14,26 +14,17 @@
     missing_docs
 )]
 
-use std::future::Future;
 use std::hint::black_box;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use tollgate::Limits;
 use tollgate::config::Limit;
 use tollgate::key::PeerAddr;
-
-fn settle<F: Future>(future: F) -> F::Output {
-    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(output) => output,
-        Poll::Pending => unreachable!("in-memory decisions are immediate"),
-    }
-}
+use tollgate_testkit::now_or_never as settle;
 
 fn config(root_count: u64) -> String {
     format!(

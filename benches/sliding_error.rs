@@ -15,20 +15,11 @@
     missing_docs
 )]
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tollgate::Limits;
 use tollgate::clock::{Clock, FakeClock};
-
-fn settle<F: Future>(future: F) -> F::Output {
-    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(output) => output,
-        Poll::Pending => unreachable!(),
-    }
-}
+use tollgate_testkit::now_or_never as settle;
 
 const LIMIT: u64 = 100;
 const PERIOD_MS: u64 = 60_000;

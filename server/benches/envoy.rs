@@ -22,26 +22,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::hint::black_box;
 use std::net::Ipv4Addr;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use limitador::limit::{Context as CelContext, Expression, Limit, Namespace};
 use tollgate::Limits;
 use tollgate::key::encode_segment;
+use tollgate_testkit::now_or_never as settle;
 
 /// Large enough that nobody is refused during a run.
 const PER_MINUTE: u64 = 1_000_000_000;
-
-fn settle<F: Future>(future: F) -> F::Output {
-    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(output) => output,
-        Poll::Pending => unreachable!("in-memory decisions are immediate"),
-    }
-}
 
 fn addresses(clients: u32) -> Vec<String> {
     (0..clients)

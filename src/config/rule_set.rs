@@ -164,6 +164,25 @@ impl RuleSet {
             .unwrap_or(index)
     }
 
+    /// The index of the rule at `index` for a caller-given key: its variant for `plan` if
+    /// given, else for the plan `[plans]` membership or default gives the client whose key
+    /// segment `identity` makes; the rule's own index when it has no plans.
+    pub(crate) fn plan_index_for<'a>(
+        &'a self,
+        index: usize,
+        plan: Option<&'a str>,
+        identity: impl FnOnce() -> Cow<'a, str>,
+    ) -> usize {
+        if !self.rules.get(index).is_some_and(Rule::has_plans) {
+            return index;
+        }
+        let chosen = match plan {
+            Some(plan) => Some(Cow::Borrowed(plan)),
+            None => self.plans.for_identity(identity).map(|(plan, _)| plan),
+        };
+        self.plan_index(index, chosen.as_deref())
+    }
+
     /// `[plans]`: which plan a client is on.
     pub fn plans(&self) -> &Plans {
         &self.plans

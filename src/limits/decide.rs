@@ -2,8 +2,6 @@
 //! user's own code — decides through these methods. A decision reads the rule snapshot once,
 //! the clock once, and asks the store once.
 
-use std::borrow::Cow;
-
 use http::Request;
 
 use super::Active;
@@ -322,19 +320,8 @@ impl<St: Store> Limits<St> {
             let rules = self.rules();
             let route = normalize_route(route, rules.route_settings());
             let found = rules.resolve_with(&route, || client.to_string().into());
-            let found = found.map(|index| match rules.rule(index) {
-                Some(rule) if rule.has_plans() => {
-                    let chosen = match plan {
-                        Some(plan) => Some(Cow::Borrowed(plan)),
-                        None => rules
-                            .plans()
-                            .for_identity(|| client.to_string().into())
-                            .map(|(plan, _)| plan),
-                    };
-                    rules.plan_index(index, chosen.as_deref())
-                }
-                _ => index,
-            });
+            let found =
+                found.map(|index| rules.plan_index_for(index, plan, || client.to_string().into()));
             match found.and_then(|index| rules.rule(index)) {
                 Some(rule) => match self.start_check(rule, &client, mode, cost, at) {
                     Some(future) => (future, rule.name_arc(), rule.is_shadow()),

@@ -177,19 +177,8 @@ impl<St: Store> Limits<St> {
         let mut limited = Vec::new();
         for (at, key) in keys.iter().enumerate() {
             let found = rules.resolve_with(key.route, || key.last.into());
-            let found = found.map(|index| match rules.rule(index) {
-                Some(rule) if rule.has_plans() => {
-                    let plan = match key.plan {
-                        Some(plan) => Some(plan.into()),
-                        None => rules
-                            .plans()
-                            .for_identity(|| key.last.into())
-                            .map(|(plan, _)| plan),
-                    };
-                    rules.plan_index(index, plan.as_deref())
-                }
-                _ => index,
-            });
+            let found =
+                found.map(|index| rules.plan_index_for(index, key.plan, || key.last.into()));
             match found.and_then(|index| Some((index, rules.rule(index)?))) {
                 // A rule with a concurrency cap alone has no rate to check here.
                 Some((index, rule)) if !rule.is_unlimited() && !rule.quotas().is_empty() => limited

@@ -92,6 +92,8 @@ pub(crate) struct BodyReader {
     scanned: usize,
     /// What the last complete event said (events only), or the trailer's figure.
     last: Figure,
+    /// The JSON pointer's last key, unescaped: only events mentioning it are parsed.
+    key: String,
 }
 
 impl BodyReader {
@@ -110,7 +112,17 @@ impl BodyReader {
                 .to_ascii_lowercase()
                 .starts_with("text/event-stream")
         });
+        let key = match source {
+            CostSource::Json(pointer) => pointer
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .replace("~1", "/")
+                .replace("~0", "~"),
+            _ => String::new(),
+        };
         Some(BodyReader {
+            key,
             source: source.clone(),
             events,
             max,
@@ -134,7 +146,6 @@ impl BodyReader {
             }
             return;
         }
-        let pointer = pointer.clone();
         let mut bytes = bytes;
         if self.overflowed {
             // Skipping an event too large to keep: until the blank line that ends it.
@@ -150,8 +161,10 @@ impl BodyReader {
         let mut start = 0;
         let mut from = self.scanned;
         while let Some(end) = blank_line(&self.buffer, from) {
-            let event = self.buffer[start..end].to_vec();
-            self.event(&event, &pointer);
+            if let Some(figure) = read_event(&self.buffer[start..end], pointer, &self.key, self.max)
+            {
+                self.last = figure;
+            }
             start = end;
             from = end;
         }
@@ -162,39 +175,6 @@ impl BodyReader {
             self.overflowed = true;
             self.buffer = Vec::new();
             self.scanned = 0;
-        }
-    }
-
-    /// One complete event: its `data:` lines, joined, read as JSON.
-    fn event(&mut self, event: &[u8], pointer: &str) {
-        let Ok(text) = std::str::from_utf8(event) else {
-            return;
-        };
-        let data: Vec<&str> = text
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .map(|rest| rest.strip_prefix(' ').unwrap_or(rest))
-            .collect();
-        if data.is_empty() {
-            return;
-        }
-        let data = data.join("\n");
-        if data.trim() == "[DONE]" {
-            return;
-        }
-        // Most events of a stream are content chunks: only one naming the field's last key
-        // is parsed (`/usage/total_tokens`: one mentioning "total_tokens").
-        let key = pointer.rsplit('/').next().unwrap_or_default();
-        let key = key.replace("~1", "/").replace("~0", "~");
-        if !key.is_empty() && !data.contains(key.as_str()) {
-            return;
-        }
-        match serde_json::from_str::<serde_json::Value>(&data) {
-            Ok(document) => match figure_of_json(&document, pointer, self.max) {
-                Figure::Missing => {}
-                figure => self.last = figure,
-            },
-            Err(_) => self.last = Figure::Bad("malformed JSON"),
         }
     }
 
@@ -221,6 +201,36 @@ impl BodyReader {
             }
             _ => self.last,
         }
+    }
+}
+
+/// What one complete event says: its `data:` lines, joined, read as JSON; `None` when it
+/// says nothing of the field. Most events of a stream are content chunks: only one whose
+/// text mentions the field's last `key` (`total_tokens` for `/usage/total_tokens`) is
+/// assembled and parsed.
+fn read_event(event: &[u8], pointer: &str, key: &str, max: u64) -> Option<Figure> {
+    let text = std::str::from_utf8(event).ok()?;
+    if !key.is_empty() && !text.contains(key) {
+        return None;
+    }
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(|rest| rest.strip_prefix(' ').unwrap_or(rest))
+        .collect();
+    if data.is_empty() {
+        return None;
+    }
+    let data = data.join("\n");
+    if data.trim() == "[DONE]" {
+        return None;
+    }
+    match serde_json::from_str::<serde_json::Value>(&data) {
+        Ok(document) => match figure_of_json(&document, pointer, max) {
+            Figure::Missing => None,
+            figure => Some(figure),
+        },
+        Err(_) => Some(Figure::Bad("malformed JSON")),
     }
 }
 

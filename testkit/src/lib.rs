@@ -138,6 +138,17 @@ pub fn now_or_never<F: Future>(future: F) -> F::Output {
     }
 }
 
+/// This process's resident set in bytes (`VmRSS`), for benches measuring memory.
+pub fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    kb * 1024
+}
+
 /// The sample configs in the repository's `config/` whose names end in one of
 /// `extensions`, sorted: every one is parsed by a test, so samples cannot rot.
 pub fn config_samples(extensions: &[&str]) -> Vec<std::path::PathBuf> {

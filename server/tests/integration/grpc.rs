@@ -41,7 +41,7 @@ async fn connect(address: SocketAddr) -> Client {
 }
 
 /// A descriptor of `entries`.
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+pub(crate) fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {
         entries: entries
             .iter()

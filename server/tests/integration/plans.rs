@@ -2,13 +2,11 @@
 //! RESP, a `tollgate.plan` descriptor entry and membership over gRPC, and `/explain`
 //! naming the plan and where it came from.
 
-use tollgate_server::grpc::proto::envoy::extensions::common::ratelimit::v3::{
-    RateLimitDescriptor, rate_limit_descriptor::Entry,
-};
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
+use crate::grpc::descriptor;
 use crate::support::{Reply, get, start_gateway};
 
 fn json(reply: &Reply) -> serde_json::Value {
@@ -23,19 +21,6 @@ fn config(members: &std::path::Path) -> String {
          [limits.\"edge/user\"]\nrate = \"100/min\"\nplans = {{ free = \"1/min\", pro = \"50/min\" }}\n",
         members.display()
     )
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(key, value)| Entry {
-                key: (*key).into(),
-                value: (*value).into(),
-            })
-            .collect(),
-        ..Default::default()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
