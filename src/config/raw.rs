@@ -261,6 +261,11 @@ pub(crate) struct RawRule {
     /// actual figure comes from.
     pub(crate) settle: Option<Spanned<RawSettle>>,
     pub(crate) requests: Option<Spanned<OneOrMany<String>>>,
+    /// `candidates`: limits decided beside the rule's, never enforced; each a rate or a
+    /// list of rates.
+    pub(crate) candidates: Option<Spanned<Vec<Spanned<OneOrMany<String>>>>>,
+    /// `suggest = true`: measure each client's peak rate for suggestions.
+    pub(crate) suggest: Option<Spanned<bool>>,
 }
 
 /// `cost = { reserve = N, from = "header:NAME" | "trailer:NAME" | "json:/pointer", max = M }`
@@ -391,6 +396,15 @@ pub(crate) struct RawRuleTable {
     /// admission and never settled.
     #[cfg_attr(feature = "schema", schemars(with = "Option<OneOrMany<String>>"))]
     requests: Option<Spanned<OneOrMany<String>>>,
+    /// Limits decided beside the rule's on their own buckets, never refusing anything:
+    /// ["20/min", ["100/min", "10/s"]] (each a rate or a list of rates; the rest is the
+    /// rule's). What each would have refused is reported, to choose a limit by.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<Vec<OneOrMany<String>>>"))]
+    candidates: Option<Spanned<Vec<Spanned<OneOrMany<String>>>>>,
+    /// Measure each client's peak rate at the rule's window, for suggested limits
+    /// (on by itself for a rule with candidates).
+    #[cfg_attr(feature = "schema", schemars(with = "Option<bool>"))]
+    suggest: Option<Spanned<bool>>,
 }
 
 impl<'de> Deserialize<'de> for RawRule {
@@ -445,6 +459,8 @@ impl<'de> Deserialize<'de> for RawRule {
                     calendar: table.calendar,
                     resolution: table.resolution,
                     requests: table.requests,
+                    candidates: table.candidates,
+                    suggest: table.suggest,
                 })
             }
         }

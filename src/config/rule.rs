@@ -52,6 +52,14 @@ pub struct Rule {
     plans: Vec<(Arc<str>, usize)>,
     /// For a plan's variant of a rule: the plan.
     plan: Option<Arc<str>>,
+    /// The rule's candidate limits: each one's label and where its variant is in the rule
+    /// set (after the plan variants). A plan variant has its rule's.
+    candidates: Vec<(Arc<str>, usize)>,
+    /// For a candidate's variant of a rule: its label.
+    candidate: Option<Arc<str>>,
+    /// Whether each client's peak rate is measured for suggestions (`suggest = true`, or
+    /// candidates on a per-client rule).
+    tracks_peaks: bool,
 }
 
 /// What a rule does.
@@ -268,6 +276,76 @@ impl Rule {
             policies,
             plans: Vec::new(),
             plan: None,
+            candidates: Vec::new(),
+            candidate: None,
+            tracks_peaks: false,
+        }
+    }
+
+    /// This rule's candidate `label`: the same key and origin under `limit`, with buckets
+    /// of its own (`id`).
+    pub(super) fn for_candidate(&self, label: Arc<str>, id: RuleId, limit: Limit) -> Rule {
+        let mut variant = Rule::new(self.key.clone(), id, limit, self.origin.clone());
+        variant.candidate = Some(label);
+        variant
+    }
+
+    /// Records that candidate `label`'s variant of this rule is at `index` in its rule set.
+    pub(super) fn add_candidate(&mut self, label: Arc<str>, index: usize) {
+        self.candidates.push((label, index));
+    }
+
+    /// Gives a plan's variant its rule's candidates.
+    pub(super) fn share_candidates(&mut self, candidates: &[(Arc<str>, usize)]) {
+        self.candidates = candidates.to_vec();
+    }
+
+    /// Sets whether clients' peak rates are measured under this rule.
+    pub(super) fn set_tracks_peaks(&mut self, tracks: bool) {
+        self.tracks_peaks = tracks;
+    }
+
+    /// Where this rule's candidates are in its rule set, with their labels.
+    pub(crate) fn candidate_indices(&self) -> &[(Arc<str>, usize)] {
+        &self.candidates
+    }
+
+    /// Whether the rule has candidate limits (`candidates = [...]`).
+    pub fn has_candidates(&self) -> bool {
+        !self.candidates.is_empty()
+    }
+
+    /// For a candidate's variant of a rule (what
+    /// [`RuleSet::candidates`](super::RuleSet::candidates) lists), its label: its rates as
+    /// written. `None` for rules themselves.
+    pub fn candidate(&self) -> Option<&str> {
+        self.candidate.as_deref()
+    }
+
+    /// Whether each client's peak rate at the rule's window is measured, for suggested
+    /// limits: `suggest = true`, or candidates on a per-client rule.
+    ///
+    /// ```
+    /// let rules = tollgate::config::RuleSet::from_toml(
+    ///     "[limits]\napi = { rate = \"100/min\", suggest = true }\nlogin = \"5/min\"\n",
+    /// )?;
+    /// assert!(rules.get("api").unwrap().tracks_peaks());
+    /// assert!(!rules.get("login").unwrap().tracks_peaks());
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn tracks_peaks(&self) -> bool {
+        self.tracks_peaks
+    }
+
+    /// The name the rule's buckets go by in a shared store: its key, and for a candidate
+    /// the key and the candidate's label after `#` (no request path holds a `#`), `/`
+    /// written `:` so that the last `/` of a bucket name still comes before the client.
+    pub(crate) fn store_key(&self) -> std::borrow::Cow<'_, str> {
+        match &self.candidate {
+            None => std::borrow::Cow::Borrowed(&self.key),
+            Some(label) => {
+                std::borrow::Cow::Owned(format!("{}#{}", self.key, label.replace('/', ":")))
+            }
         }
     }
 
@@ -276,6 +354,7 @@ impl Rule {
     pub(super) fn for_plan(&self, plan: Arc<str>, limit: Limit) -> Rule {
         let mut variant = Rule::new(self.key.clone(), self.id, limit, self.origin.clone());
         variant.plan = Some(plan);
+        variant.tracks_peaks = self.tracks_peaks;
         variant
     }
 

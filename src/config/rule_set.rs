@@ -32,7 +32,7 @@ use crate::key::{ClientSettings, RouteSettings};
 #[derive(Debug)]
 pub struct RuleSet {
     /// The rules a key can resolve to (sorted by key), then the variants of rules for
-    /// their plans.
+    /// their plans, then their candidates.
     rules: Vec<Rule>,
     /// How many of `rules` a key can resolve to.
     resolvable: usize,
@@ -183,6 +183,33 @@ impl RuleSet {
         self.plan_index(index, chosen.as_deref())
     }
 
+    /// `rule`'s candidate limits, each with its label (its rates as written), in the order
+    /// written. A plan's variant has its rule's.
+    ///
+    /// ```
+    /// let rules = tollgate::config::RuleSet::from_toml(
+    ///     "[limits.api]\nrate = \"100/min\"\ncandidates = [\"20/min\", [\"50/min\", \"5/s\"]]\n",
+    /// )?;
+    /// let api = rules.get("api").unwrap();
+    /// let labels: Vec<&str> = rules.candidates(api).map(|(label, _)| label).collect();
+    /// assert_eq!(labels, ["20/min", "50/min, 5/s"]);
+    /// let (_, twenty) = rules.candidates(api).next().unwrap();
+    /// assert_eq!(twenty.quotas()[0].burst(), 20);
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn candidates<'s>(&'s self, rule: &'s Rule) -> impl Iterator<Item = (&'s str, &'s Rule)> {
+        rule.candidate_indices()
+            .iter()
+            .filter_map(|(label, index)| Some((&**label, self.rules.get(*index)?)))
+    }
+
+    /// `rule`'s candidate labelled `label`, if it has one.
+    pub(crate) fn candidate_named<'s>(&'s self, rule: &'s Rule, label: &str) -> Option<&'s Rule> {
+        self.candidates(rule)
+            .find(|(name, _)| *name == label)
+            .map(|(_, candidate)| candidate)
+    }
+
     /// `[plans]`: which plan a client is on.
     pub fn plans(&self) -> &Plans {
         &self.plans
@@ -243,12 +270,25 @@ impl RuleSet {
     /// Ids of `previous`'s rules whose buckets this set no longer uses (removed rules, and
     /// rules whose kind of bucket changed).
     pub(crate) fn retired_since(&self, previous: &RuleSet) -> Vec<RuleId> {
-        previous
+        let mut retired: Vec<RuleId> = previous
             .rules()
             .iter()
             .filter(|old| self.get(old.key()).is_none_or(|new| new.id() != old.id()))
             .map(Rule::id)
-            .collect()
+            .collect();
+        // Candidates dropped, or whose kind of bucket changed.
+        for old in previous.rules() {
+            for (label, was) in previous.candidates(old) {
+                let kept = self
+                    .get(old.key())
+                    .and_then(|new| self.candidate_named(new, label))
+                    .is_some_and(|now| now.id() == was.id());
+                if !kept {
+                    retired.push(was.id());
+                }
+            }
+        }
+        retired
     }
 }
 

@@ -6,13 +6,22 @@ use std::sync::Arc;
 
 use crate::concurrency::Concurrency;
 use crate::config::RuleSet;
-use crate::traffic::{RuleCounters, Traffic};
+use crate::traffic::{CandidateTraffic, PeakTracker, RuleCounters, Traffic};
 
 /// One generation of rules, with each rule's counters (index for index).
 pub(crate) struct Active {
     rules: Arc<RuleSet>,
-    /// `None` for unlimited rules, which count nothing.
+    /// `None` for unlimited rules and candidates, which count nothing of their own.
     counters: Box<[Option<RuleCounters>]>,
+    /// What is measured beside the decision, per rule and variant (index for index).
+    tuning: Box<[Tuning]>,
+}
+
+/// A rule's peak tracker (if it measures peaks), or a candidate's record.
+#[derive(Default)]
+pub(crate) struct Tuning {
+    pub(crate) peaks: Option<Arc<PeakTracker>>,
+    pub(crate) candidate: Option<Arc<CandidateTraffic>>,
 }
 
 impl Active {
@@ -22,7 +31,7 @@ impl Active {
             .all_rules()
             .iter()
             .map(|rule| {
-                (!rule.is_unlimited()).then(|| {
+                (!rule.is_unlimited() && rule.candidate().is_none()).then(|| {
                     let cap = rule.concurrency().map(|cap| match cap {
                         Concurrency::Fixed(n) => n,
                         Concurrency::Adaptive(settings) => settings.min,
@@ -31,9 +40,27 @@ impl Active {
                 })
             })
             .collect();
+        let capacity = rules.store().max_buckets;
+        let tuning = rules
+            .all_rules()
+            .iter()
+            .map(|rule| Tuning {
+                // A plan's variant counts peaks in its rule's window, into its rule's
+                // tracker: one distribution per rule, whatever plans its clients are on.
+                peaks: rule
+                    .tracks_peaks()
+                    .then(|| rules.get(rule.key()).unwrap_or(rule).quotas().first())
+                    .flatten()
+                    .and_then(|quota| traffic.peaks(rule.name(), quota.rate().period(), capacity)),
+                candidate: rule
+                    .candidate()
+                    .and_then(|label| traffic.candidate(rule.name(), label)),
+            })
+            .collect();
         Active {
             rules: Arc::new(rules),
             counters,
+            tuning,
         }
     }
 
@@ -45,6 +72,11 @@ impl Active {
     /// The counters of the rule at `index` (limited rules only).
     pub(crate) fn counters(&self, index: usize) -> Option<&RuleCounters> {
         self.counters.get(index).and_then(Option::as_ref)
+    }
+
+    /// What is measured beside the decision for the rule at `index`.
+    pub(crate) fn tuning(&self, index: usize) -> Option<&Tuning> {
+        self.tuning.get(index)
     }
 }
 

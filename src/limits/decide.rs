@@ -236,16 +236,19 @@ impl<St: Store> Limits<St> {
         }
     }
 
-    /// Takes a `count_status` request's tokens now that its response counts.
-    pub(crate) fn charge_counted(&self, rule: &Rule, charge: &Charge) -> Option<St::Future> {
+    /// Takes a `count_status` request's tokens now that its response counts: from the
+    /// bucket of the rule at `index` of `rules` (the set that decided it), and its
+    /// candidates'.
+    pub(crate) fn charge_counted(
+        &self,
+        rules: &Active,
+        index: usize,
+        charge: &Charge,
+    ) -> Option<St::Future> {
         let now = self.shared.clock.now();
-        self.start_check(
-            rule,
-            &charge.client,
-            CheckMode::Charge,
-            Some(charge.cost),
-            now,
-        )
+        let how = (CheckMode::Charge, Some(charge.cost));
+        self.tune(rules, index, &charge.client, how, now, false);
+        self.start_check(rules.rule(index)?, &charge.client, how.0, how.1, now)
     }
 
     /// Takes `cost` tokens (the rule's, if `None`) for `key` under `plan`'s limits, as if
@@ -281,9 +284,12 @@ impl<St: Store> Limits<St> {
 
     /// Settles a reservation: `actual` replaces what `charge` reserved — the difference
     /// charged (into debt if need be) or given back. `None` when they are equal.
+    /// The rule is the one at `index` of `rules`, the set that admitted the request; its
+    /// candidates settle alike.
     pub(crate) fn settle_reserved(
         &self,
-        rule: &Rule,
+        rules: &Active,
+        index: usize,
         charge: &Charge,
         actual: u64,
     ) -> Option<St::Future> {
@@ -293,7 +299,21 @@ impl<St: Store> Limits<St> {
             std::cmp::Ordering::Greater => (CheckMode::Charge, actual - charge.cost),
             std::cmp::Ordering::Less => (CheckMode::Refund, charge.cost - actual),
         };
-        self.start_check(rule, &charge.client, mode, Some(difference), now)
+        self.tune(
+            rules,
+            index,
+            &charge.client,
+            (mode, Some(difference)),
+            now,
+            false,
+        );
+        self.start_check(
+            rules.rule(index)?,
+            &charge.client,
+            mode,
+            Some(difference),
+            now,
+        )
     }
 
     async fn key_decision(
@@ -317,14 +337,18 @@ impl<St: Store> Limits<St> {
         let (route, client) = key.rsplit_once('/').unwrap_or(("", key));
         let client = Client::from_segment(client);
         let future = {
-            let rules = self.rules();
+            let rules = self.active();
             let route = normalize_route(route, rules.route_settings());
             let found = rules.resolve_with(&route, || client.to_string().into());
             let found =
                 found.map(|index| rules.plan_index_for(index, plan, || client.to_string().into()));
-            match found.and_then(|index| rules.rule(index)) {
-                Some(rule) => match self.start_check(rule, &client, mode, cost, at) {
-                    Some(future) => (future, rule.name_arc(), rule.is_shadow()),
+            match found.and_then(|index| Some((index, rules.rule(index)?))) {
+                Some((index, rule)) => match self.start_check(rule, &client, mode, cost, at) {
+                    Some(future) => {
+                        let counted = mode == CheckMode::Consume;
+                        self.tune(&rules, index, &client, (mode, cost), at, counted);
+                        (future, rule.name_arc(), rule.is_shadow())
+                    }
                     None => return Ok(super::decided_by(Decision::unlimited(), rule)),
                 },
                 None => return Ok(Decision::unlimited()),
@@ -354,11 +378,8 @@ impl<St: Store> Limits<St> {
         request: &'r Request<B>,
         permit: Permit,
     ) -> Plan<'r, St::Future> {
-        let Some(rule) = rules.rule(index) else {
-            return Plan::Pass(Some(Box::new(permit)));
-        };
         let client = Client::identify(request, rules.client_settings());
-        self.plan_rate(index, rule, request, client, Some(Box::new(permit)))
+        self.plan_rate(rules, index, request, client, Some(Box::new(permit)))
     }
 
     fn plan_with<'r, B>(
@@ -407,18 +428,21 @@ impl<St: Store> Limits<St> {
         } else {
             None
         };
-        self.plan_rate(index, rule, request, client, permit)
+        self.plan_rate(rules, index, request, client, permit)
     }
 
     /// The rate half of a plan, holding `permit` (the concurrency half's slot) throughout.
     fn plan_rate<'r, B>(
         &self,
+        rules: &Active,
         index: usize,
-        rule: &Rule,
         request: &Request<B>,
         client: Client<'r>,
         permit: Option<Box<Permit>>,
     ) -> Plan<'r, St::Future> {
+        let Some(rule) = rules.rule(index) else {
+            return Plan::Pass(permit);
+        };
         let cost = request.extensions().get::<RequestCost>().map(|cost| cost.0);
         let now = self.shared.clock.now();
         let counts_status = matches!(
@@ -436,6 +460,7 @@ impl<St: Store> Limits<St> {
         let Some(decision) = self.start_check(rule, &client, mode, cost, now) else {
             return Plan::Pass(permit);
         };
+        self.tune(rules, index, &client, (mode, cost), now, true);
         let reserves = rule.settle().is_some();
         let charge = (counts_status || reserves).then(|| Charge {
             cost: cost.unwrap_or_else(|| rule.cost()),
@@ -454,7 +479,7 @@ impl<St: Store> Limits<St> {
 
     /// Starts the store's check for `rule` (`None` for unlimited rules), at the rule's own
     /// cost unless `cost` says otherwise.
-    fn start_check(
+    pub(super) fn start_check(
         &self,
         rule: &Rule,
         client: &Client<'_>,

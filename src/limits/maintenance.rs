@@ -17,8 +17,8 @@ pub(super) fn restore<St: Store>(shared: &Shared<St>) {
     }
 }
 
-/// In the background until the limiter is gone: drops refilled buckets every
-/// `[store] sweep_interval`, and writes the snapshot every `snapshot_interval` if one is set.
+/// In the background until the limiter is gone: drops refilled buckets (and folds idle
+/// clients' peaks into their rules' sketches) every `[store] sweep_interval`, and writes the snapshot every `snapshot_interval` if one is set.
 pub(super) fn start<St: Store>(
     shared: std::sync::Weak<Shared<St>>,
     stop: std::sync::mpsc::Receiver<()>,
@@ -53,6 +53,10 @@ pub(super) fn start<St: Store>(
                     let swept = shared.store.sweep(shared.clock.now());
                     if swept > 0 {
                         tracing::debug!(swept, "swept buckets that had refilled");
+                    }
+                    let folded = shared.traffic.sweep_peaks(shared.clock.now());
+                    if folded > 0 {
+                        tracing::debug!(folded, "folded idle clients' peaks into the sketches");
                     }
                 }
                 if settings.snapshot.is_some()

@@ -94,6 +94,8 @@ pub enum BucketBy {
 struct Limited<'r> {
     /// Where its decision goes in the answer.
     at: usize,
+    /// Where its rule is in the rule set.
+    index: usize,
     rule: &'r Rule,
     counters: Option<&'r RuleCounters>,
     client: Client<'static>,
@@ -184,6 +186,7 @@ impl<St: Store> Limits<St> {
                 Some((index, rule)) if !rule.is_unlimited() && !rule.quotas().is_empty() => limited
                     .push(Limited {
                         at,
+                        index,
                         rule,
                         counters: rules.counters(index),
                         client: bucket_client(key, rule, by),
@@ -222,6 +225,9 @@ impl<St: Store> Limits<St> {
                 count(entry, &decision, now);
                 decisions[entry.at] = Some(decision);
             }
+            // Each candidate decides the key on its own, whatever the others did.
+            let how = (CheckMode::Consume, Some(entry.cost));
+            self.tune(&rules, entry.index, &entry.client, how, now, true);
         }
         Ok(decisions
             .into_iter()

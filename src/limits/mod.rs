@@ -31,6 +31,7 @@ mod decide;
 mod live;
 mod maintenance;
 mod many;
+mod tuning;
 pub use many::{BucketBy, KeyCheck};
 
 use std::sync::Arc;
@@ -43,6 +44,8 @@ pub use caller::{CallerBucket, TakeOptions};
 pub(crate) use concurrency::{Entry, QueuedPermit};
 pub(crate) use decide::{Charge, Plan};
 pub use decide::{RequestCost, Reservation};
+pub use tuning::Suggestion;
+pub(crate) use tuning::drive_detached;
 
 use crate::clock::{Clock, Timestamp};
 use crate::config::RuleSet;

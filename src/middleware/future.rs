@@ -170,7 +170,8 @@ impl<St: Store> PendingCharge<St> {
         if !rule.count_status()?.contains(status) {
             return None;
         }
-        self.limits.charge_counted(rule, &self.charge)
+        self.limits
+            .charge_counted(&self.rules, self.index, &self.charge)
     }
 
     /// Settles a reservation from the response's head (a `header:` source), or hands back

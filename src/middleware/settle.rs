@@ -332,7 +332,7 @@ pub(crate) fn settle<St: Store>(
     metrics::counter!("tollgate_settled_total", "rule" => Arc::clone(&name), "outcome" => outcome)
         .increment(1);
     metrics::counter!("tollgate_settled_tokens_total", "rule" => name).increment(actual);
-    limits.settle_reserved(rule, charge, actual)
+    limits.settle_reserved(rules, index, charge, actual)
 }
 
 /// Drives a settlement started without a response to wait for: at once if the store has
@@ -344,25 +344,11 @@ where
         + Unpin
         + 'static,
 {
-    let mut future = future;
-    let waker = std::task::Waker::noop();
-    let mut context = std::task::Context::from_waker(waker);
-    if let std::task::Poll::Ready(result) = std::pin::Pin::new(&mut future).poll(&mut context) {
+    crate::limits::drive_detached(future, |result| {
         if let Err(error) = result {
             tracing::warn!(%error, "rate-limit store failed to settle a reservation; the reservation stands");
         }
-        return;
-    }
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(async move {
-                if let Err(error) = future.await {
-                    tracing::warn!(%error, "rate-limit store failed to settle a reservation; the reservation stands");
-                }
-            });
-        }
-        Err(_) => tracing::warn!("no runtime to settle a reservation on; the reservation stands"),
-    }
+    });
 }
 
 /// Logs a settle fault, once per rule a minute.

@@ -25,8 +25,10 @@
 //! assert_eq!(report.rules[0].top_refused[0].client, "203.0.113.7");
 //! ```
 
+mod candidates;
 mod counters;
 mod heavy;
+mod peaks;
 mod ring;
 
 use std::collections::HashMap;
@@ -39,8 +41,10 @@ use serde::Serialize;
 use crate::clock::Timestamp;
 use crate::key::Client;
 
+pub use candidates::{CandidateReport, CandidateTraffic, CandidateWindow};
 pub(crate) use counters::RuleCounters;
 pub use heavy::{Heavy, SpaceSaving, WindowedTop};
+pub use peaks::{PeakClient, PeakDistribution, PeakSuggestion, PeakTracker};
 pub use ring::{Counts, Seen, SlotCounts, TrafficRing};
 
 /// Every rule's traffic, and the total; see the [module docs](self).
@@ -49,7 +53,14 @@ pub struct Traffic {
     resolution: Duration,
     total: Arc<TrafficRing>,
     rules: RwLock<HashMap<Arc<str>, Arc<RuleTraffic>>>,
+    /// Candidate limits' records, by rule name and label.
+    candidates: RwLock<HashMap<CandidateName, Arc<CandidateTraffic>>>,
+    /// Peak trackers, by rule name.
+    peaks: RwLock<HashMap<Arc<str>, Arc<PeakTracker>>>,
 }
+
+/// A candidate limit's rule name and label.
+type CandidateName = (Arc<str>, Arc<str>);
 
 /// One rule's traffic: its ring, and its most refused clients.
 pub struct RuleTraffic {
@@ -178,7 +189,70 @@ impl Traffic {
             resolution,
             total: Arc::new(TrafficRing::new(span, resolution)),
             rules: RwLock::new(HashMap::new()),
+            candidates: RwLock::new(HashMap::new()),
+            peaks: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// Most candidate limits tracked (a day's ring each, about 60 KiB).
+    pub const MAX_CANDIDATES: usize = 256;
+
+    /// The record of candidate `label` of the rule named `rule`, made on first use (so a
+    /// reload that keeps the candidate keeps its history); `None` past
+    /// [`Traffic::MAX_CANDIDATES`].
+    pub fn candidate(&self, rule: &str, label: &str) -> Option<Arc<CandidateTraffic>> {
+        let key = (Arc::<str>::from(rule), Arc::<str>::from(label));
+        if let Some(found) = self.candidates.read().get(&key) {
+            return Some(Arc::clone(found));
+        }
+        let mut candidates = self.candidates.write();
+        if let Some(found) = candidates.get(&key) {
+            return Some(Arc::clone(found));
+        }
+        if candidates.len() >= Traffic::MAX_CANDIDATES {
+            return None;
+        }
+        let record = Arc::new(CandidateTraffic::new(
+            Arc::clone(&key.0),
+            Arc::clone(&key.1),
+        ));
+        candidates.insert(key, Arc::clone(&record));
+        Some(record)
+    }
+
+    /// The peak tracker of the rule named `rule`, counting in windows of `window` and
+    /// keeping at most `capacity` clients: made on first use, kept across reloads, and
+    /// begun afresh if the window changed. `None` past [`Traffic::MAX_RULES`].
+    pub fn peaks(&self, rule: &str, window: Duration, capacity: usize) -> Option<Arc<PeakTracker>> {
+        if let Some(found) = self.peaks.read().get(rule)
+            && found.window() == window
+        {
+            found.set_capacity(capacity);
+            return Some(Arc::clone(found));
+        }
+        let mut peaks = self.peaks.write();
+        if let Some(found) = peaks.get(rule)
+            && found.window() == window
+        {
+            return Some(Arc::clone(found));
+        }
+        if peaks.len() >= Traffic::MAX_RULES && !peaks.contains_key(rule) {
+            return None;
+        }
+        let tracker = Arc::new(PeakTracker::new(window, capacity));
+        peaks.insert(Arc::from(rule), Arc::clone(&tracker));
+        Some(tracker)
+    }
+
+    /// The peak tracker of the rule named `rule`, if one was made.
+    pub fn peaks_of(&self, rule: &str) -> Option<Arc<PeakTracker>> {
+        self.peaks.read().get(rule).cloned()
+    }
+
+    /// Folds every tracker's idle clients into its sketch; how many went.
+    pub fn sweep_peaks(&self, now: Timestamp) -> usize {
+        let trackers: Vec<Arc<PeakTracker>> = self.peaks.read().values().cloned().collect();
+        trackers.iter().map(|tracker| tracker.sweep(now)).sum()
     }
 
     /// The traffic of the rule named `name`, made on first use; `None` past

@@ -9,6 +9,7 @@
 
 mod architecture;
 mod calendar;
+mod candidates;
 mod concurrency;
 mod config_files;
 mod fuzz_corpus;

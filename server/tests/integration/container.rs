@@ -433,21 +433,37 @@ fn the_manifests_run_under_podman_kube_play_answer_probes_and_apply_an_edited_co
     )
     .unwrap();
     let names = unique("tollgate-kube");
-    let (proxy, admin) = (free_port(), free_port());
-    let ports = [
-        (8080, proxy),
-        (9090, admin),
-        (9049, free_port()),
-        (8081, free_port()),
-    ];
     let file = dir.path().join("tollgate.yaml");
-    std::fs::write(&file, render_manifests(&names, &ports)).unwrap();
-    let played = Played {
-        file: file.clone(),
-        volume: format!("{names}-config"),
-        conf: conf.clone(),
+    // A free port can be taken by another test between our look and podman's bind: then
+    // the half-started pod is taken down and the manifests played again on other ports.
+    let mut attempts = 0;
+    let (played, proxy, admin) = loop {
+        let (proxy, admin) = (free_port(), free_port());
+        let ports = [
+            (8080, proxy),
+            (9090, admin),
+            (9049, free_port()),
+            (8081, free_port()),
+        ];
+        std::fs::write(&file, render_manifests(&names, &ports)).unwrap();
+        let played = Played {
+            file: file.clone(),
+            volume: format!("{names}-config"),
+            conf: conf.clone(),
+        };
+        let output = podman(&["kube", "play", file.to_str().unwrap()], Some(&conf));
+        if output.status.success() {
+            break (played, proxy, admin);
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        attempts += 1;
+        assert!(
+            attempts < 3 && stderr.contains("address already in use"),
+            "podman kube play: {}{stderr}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        drop(played);
     };
-    podman_ok(&["kube", "play", file.to_str().unwrap()], Some(&conf));
     let container = format!("{names}-pod-0-tollgate");
     let logs = || {
         let output = podman(&["logs", &container], None);

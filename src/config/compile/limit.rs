@@ -303,7 +303,9 @@ fn unlimited(at: &At<'_>, raw: &RawRule, diagnostics: &mut Vec<Diagnostic>) -> O
         || raw.concurrency.is_some()
         || raw.calendar.is_some()
         || raw.resolution.is_some()
-        || raw.requests.is_some();
+        || raw.requests.is_some()
+        || raw.candidates.is_some()
+        || raw.suggest.is_some();
     if others {
         diagnostics.push(at.source.at(
             at.rule.clone(),

@@ -13,6 +13,7 @@ use std::ops::Range;
 use serde::de;
 use toml::Spanned;
 
+mod candidates;
 mod concurrency;
 mod limit;
 mod plans;
@@ -20,6 +21,7 @@ mod shaping;
 
 use super::error::{ConfigError, Diagnostic};
 use super::extension::Extensions;
+use super::raw::Per;
 use super::raw::{RawFile, RawRule};
 use super::rule::{Origin, Rule, RuleId, display_name};
 use super::rule_set::RuleSet;
@@ -132,24 +134,43 @@ impl RuleSet {
 
         let mut rules = Vec::with_capacity(chosen.len());
         let mut variants = Vec::new();
+        let mut candidate_variants = Vec::new();
         let mut next_id = previous.map_or(0, RuleSet::next_id);
+        // Ids stop short of the one reserved for caller-defined buckets.
+        let mut new_id = || {
+            let id = RuleId::new(next_id.min(RuleId::CALLER_DEFINED.get() - 1));
+            next_id = next_id.saturating_add(1);
+            id
+        };
         for (key, (source, raw_key, rule)) in chosen {
             let Some(limit) = limit::compile_limit(source, raw_key, rule, &mut diagnostics) else {
                 continue;
             };
             let plans = plans::compile_plans(source, raw_key, rule, &mut diagnostics);
-            let inherited = previous
-                .and_then(|set| set.get(&key))
+            let candidates =
+                candidates::compile_candidates(source, raw_key, rule, &limit, &mut diagnostics);
+            let suggest = rule.get_ref().suggest.as_ref();
+            if let Some(suggest) = suggest
+                && *suggest.get_ref()
+                && limit.bucket_kind() == Some(Per::Global)
+            {
+                diagnostics.push(source.at(
+                    suggest.span(),
+                    format!(
+                        "suggest measures each client's peak; rule \"{}\" keeps one global bucket (its candidates need no suggest)",
+                        raw_key.get_ref()
+                    ),
+                ));
+            }
+            let tracks_peaks = (suggest.is_some_and(|s| *s.get_ref()) || !candidates.is_empty())
+                && limit.bucket_kind() == Some(Per::Client);
+            let old = previous.and_then(|set| set.get(&key));
+            let inherited = old
                 .filter(|old| old.limit().bucket_kind() == limit.bucket_kind())
                 .map(Rule::id);
-            let id = inherited.unwrap_or_else(|| {
-                // Ids stop short of the one reserved for caller-defined buckets.
-                let id = RuleId::new(next_id.min(RuleId::CALLER_DEFINED.get() - 1));
-                next_id = next_id.saturating_add(1);
-                id
-            });
+            let id = inherited.unwrap_or_else(&mut new_id);
             let origin = source.at(raw_key.span(), "");
-            let rule = Rule::new(
+            let mut rule = Rule::new(
                 key,
                 id,
                 limit,
@@ -158,8 +179,20 @@ impl RuleSet {
                     line: origin.line,
                 },
             );
+            rule.set_tracks_peaks(tracks_peaks);
             for (plan, limit) in plans {
                 variants.push((rules.len(), rule.for_plan(plan, limit)));
+            }
+            for (label, limit) in candidates {
+                // A candidate keeps its buckets across reloads as a rule does: by its
+                // rule's key and its own label, while its kind of bucket stays.
+                let inherited = old
+                    .zip(previous)
+                    .and_then(|(old, set)| set.candidate_named(old, &label))
+                    .filter(|was| was.limit().bucket_kind() == limit.bucket_kind())
+                    .map(Rule::id);
+                let id = inherited.unwrap_or_else(&mut new_id);
+                candidate_variants.push((rules.len(), rule.for_candidate(label, id, limit)));
             }
             rules.push(rule);
         }
@@ -167,15 +200,27 @@ impl RuleSet {
             return Err(diagnostics);
         }
         let resolvable = rules.len();
-        let variants = variants
+        let first_candidate = resolvable + variants.len();
+        for (offset, (base, candidate)) in candidate_variants.iter().enumerate() {
+            if let (Some(rule), Some(label)) = (rules.get_mut(*base), candidate.candidate()) {
+                rule.add_candidate(label.into(), first_candidate + offset);
+            }
+        }
+        let variants: Vec<Rule> = variants
             .into_iter()
             .enumerate()
-            .map(|(offset, (base, variant))| {
+            .map(|(offset, (base, mut variant))| {
                 if let (Some(rule), Some(plan)) = (rules.get_mut(base), variant.plan()) {
                     rule.add_plan(plan.into(), resolvable + offset);
+                    variant.share_candidates(rule.candidate_indices());
                 }
                 variant
             })
+            .chain(
+                candidate_variants
+                    .into_iter()
+                    .map(|(_, candidate)| candidate),
+            )
             .collect();
         let mut set = RuleSet::assemble(
             rules,

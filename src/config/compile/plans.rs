@@ -86,6 +86,8 @@ fn merge(
         ("calendar", plan.calendar.is_some()),
         ("resolution", plan.resolution.is_some()),
         ("requests", plan.requests.is_some()),
+        ("candidates", plan.candidates.is_some()),
+        ("suggest", plan.suggest.is_some()),
     ];
     let set: Vec<&str> = rule_fields
         .iter()
@@ -106,6 +108,8 @@ fn merge(
     }
     let mut merged = RawRule {
         plans: None,
+        candidates: None,
+        suggest: None,
         ..base.clone()
     };
     if plan.unlimited.as_ref().is_some_and(|u| *u.get_ref()) {

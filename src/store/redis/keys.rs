@@ -8,7 +8,8 @@
 //! meet. Client segments never contain `/`, so the last `/` splits rule from client.
 //!
 //! Rules are named by their keys, not by this process's rule ids, so every instance with
-//! the same configuration finds the same buckets.
+//! the same configuration finds the same buckets. A rule's candidate limit is named by the
+//! rule's key and its label after `#` (`{api#20:min/CLIENT}c`): no request path holds a `#`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -28,7 +29,10 @@ impl RuleKeys {
         let mut keys: HashMap<RuleId, Arc<str>> = rules
             .rules()
             .iter()
-            .map(|rule| (rule.id(), Arc::from(rule.key())))
+            .flat_map(|rule| {
+                std::iter::once(rule).chain(rules.candidates(rule).map(|(_, candidate)| candidate))
+            })
+            .map(|rule| (rule.id(), Arc::from(rule.store_key())))
             .collect();
         for id in current {
             if let Some(key) = previous.0.get(id) {
@@ -40,7 +44,14 @@ impl RuleKeys {
 
     /// Every rule id of `rules`: what the next generation keeps the keys of, one reload longer.
     pub(super) fn ids(rules: &RuleSet) -> Vec<RuleId> {
-        rules.rules().iter().map(|rule| rule.id()).collect()
+        rules
+            .rules()
+            .iter()
+            .flat_map(|rule| {
+                std::iter::once(rule).chain(rules.candidates(rule).map(|(_, candidate)| candidate))
+            })
+            .map(|rule| rule.id())
+            .collect()
     }
 
     /// The Redis key of `bucket`, or `None` for a rule this store has not been told of.
@@ -110,5 +121,30 @@ mod tests {
         );
         assert_eq!(parse_bucket_key("t:", "other:{x}c"), None);
         assert_eq!(parse_bucket_key("t:", "t:{nonsense"), None);
+    }
+
+    #[test]
+    fn a_candidate_s_buckets_are_named_apart_from_its_rule_s() {
+        let rules = crate::config::RuleSet::from_toml(
+            "[limits.api]\nrate = \"100/min\"\ncandidates = [\"3/min\", [\"5/min\", \"1/s\"]]\n",
+        )
+        .unwrap();
+        let keys = RuleKeys::next(&rules, &RuleKeys::default(), &[]);
+        let api = rules.get("api").unwrap();
+        let client = Client::from_segment("me");
+        let name = |rule| {
+            keys.bucket_key(
+                "t:",
+                BucketRef {
+                    rule,
+                    client: Some(&client),
+                },
+            )
+            .unwrap()
+        };
+        let names: Vec<String> = rules.candidates(api).map(|(_, c)| name(c.id())).collect();
+        assert_eq!(name(api.id()), "t:{api/me}c");
+        assert_eq!(names, ["t:{api#3:min/me}c", "t:{api#5:min, 1:s/me}c"]);
+        assert_eq!(RuleKeys::ids(&rules).len(), 3);
     }
 }
