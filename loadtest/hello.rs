@@ -17,7 +17,9 @@
 //!   "header:x-tenant", "route", "client"]`, the rule three segments deep, with limits per
 //!   plan and every client on `[plans] default`), `tollgate-usage` (the first over a handler
 //!   that reports `x-usage: 1`), `tollgate-settle` (the same, its rule reserving 2 and
-//!   settling from that header: a refund each request) or `governor` (tower_governor's `GovernorLayer` keyed by peer IP, no
+//!   settling from that header: a refund each request), `tollgate-suggest` (the first with
+//!   `suggest = true`: each client's peak counted), `tollgate-candidate` (the first with one
+//!   candidate limit, which also counts peaks) or `governor` (tower_governor's `GovernorLayer` keyed by peer IP, no
 //!   headers);
 //! - quota `never` (1,000,000/s with a burst of 1,000,000: nobody is denied) or `deny`
 //!   (1/s with a burst of 1: a single client is denied all but one request a second).
@@ -80,6 +82,10 @@ enum Limiter {
     TollgateUsage,
     /// The same, its rule reserving 2 and settling from that header (1 refunded each time).
     TollgateSettle,
+    /// `tollgate` with `suggest = true`: each client's peak per window counted.
+    TollgateSuggest,
+    /// `tollgate` with one candidate limit (which counts peaks too).
+    TollgateCandidate,
     Governor,
 }
 
@@ -116,7 +122,9 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
         | Limiter::TollgateWrapped
         | Limiter::TollgateParts
         | Limiter::TollgateUsage
-        | Limiter::TollgateSettle => {
+        | Limiter::TollgateSettle
+        | Limiter::TollgateSuggest
+        | Limiter::TollgateCandidate => {
             let headers = match limiter {
                 Limiter::TollgateNoHeaders => "none",
                 _ => "ietf",
@@ -138,6 +146,12 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
                     "",
                     "/",
                     ", cost = { reserve = 2, from = \"header:x-usage\" }".to_owned(),
+                ),
+                Limiter::TollgateSuggest => ("", "/", ", suggest = true".to_owned()),
+                Limiter::TollgateCandidate => (
+                    "",
+                    "/",
+                    format!(", candidates = [\"{}/s\"]", per_second / 2),
                 ),
                 _ => ("", "/", String::new()),
             };

@@ -13,6 +13,8 @@
 //! | `DELETE /buckets/{key}` | forgive one client: drop its bucket |
 //! | `GET /explain?path=&client=&method=&host=&header.NAME=` | which rule and bucket a request would use, and why |
 //! | `GET /traffic?rules=&top=` | per-rule traffic over the last 15 minutes in 5 s slots (admitted, refused, shadow-refused, delayed), rules with the most refusals first (at most `rules`, default 50), each with its `top` most refused clients (default 10) |
+//! | `GET /candidates?top=` | what each rule's candidate limits would have done over the last 15 minutes, hour and day: requests, would-refuse, distinct clients refused, the `top` most refused (default 10) |
+//! | `GET /suggest?rule=&refuse=` | per rule measuring its clients' peaks (all, or `rule`): p50, p90, p99, p99.9 and max of the peaks at the rule's window, and the rate that would have refused at most `refuse` % of clients (default 1), with the clients it would refuse |
 //! | `GET /metrics` | Prometheus text |
 //!
 //! With an `admin_token`, every route but the probes (`/livez`, `/readyz`, `/healthz`),
@@ -121,6 +123,8 @@ pub fn router(
         .route("/explain", get(explain))
         .route("/metrics", get(render_metrics))
         .route("/traffic", get(traffic))
+        .route("/candidates", get(candidates))
+        .route("/suggest", get(suggest))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(page))
@@ -279,11 +283,19 @@ async fn page(
         Ok(buckets) => buckets,
         Err(_) => json!({ "limit": 0, "rows": [] }),
     };
+    let limits = state.limits.clone();
+    let suggest = tokio::task::spawn_blocking(move || suggestions(&limits, None, 1.0))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or(Value::Null);
     let view = admin_page::View {
         buckets,
         traffic: traffic_json(&state, 50, 5),
         config: config_json(&state),
         filters: filters.join(", "),
+        suggest,
+        candidates: candidates_json(&state.limits, 3),
     };
     Html(admin_page::render(PAGE, Some(&view)))
 }
@@ -399,6 +411,120 @@ struct BucketParams {
 struct TrafficParams {
     rules: Option<usize>,
     top: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CandidateParams {
+    top: Option<usize>,
+}
+
+async fn candidates(
+    State(state): State<AdminState<BackendStore>>,
+    params: Result<Query<CandidateParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Query(params) = match params {
+        Ok(params) => params,
+        Err(rejection) => return bad_request(&rejection.body_text()),
+    };
+    let top = params.top.unwrap_or(10).min(MAX_TOP_CLIENTS);
+    Json(json!({ "candidates": candidates_json(&state.limits, top) })).into_response()
+}
+
+/// `/candidates`' list: each candidate's report, with its rule's rates beside it.
+fn candidates_json(limits: &Limits<BackendStore>, top: usize) -> Value {
+    let rules = limits.rules();
+    let reports: Vec<Value> = limits
+        .candidates(top)
+        .into_iter()
+        .map(|report| {
+            let rule = rules.rules().iter().find(|rule| rule.name() == report.rule);
+            let enforced: Vec<String> = rule
+                .map(|rule| rule.quotas().iter().map(ToString::to_string).collect())
+                .unwrap_or_default();
+            // The candidate's first rate in the rule's window (what the page draws it at).
+            let window = rule
+                .and_then(|rule| rule.quotas().first())
+                .map(|q| q.rate().period());
+            let per_window = rule
+                .and_then(|rule| {
+                    rules
+                        .candidates(rule)
+                        .find(|(label, _)| *label == report.candidate)
+                })
+                .and_then(|(_, candidate)| candidate.quotas().first())
+                .zip(window)
+                .map(|(quota, window)| {
+                    f64::from(quota.rate().count()) * window.as_secs_f64()
+                        / quota.rate().period().as_secs_f64()
+                });
+            let mut value = serde_json::to_value(&report).unwrap_or(Value::Null);
+            value["enforced"] = json!(enforced);
+            value["per_window"] = json!(per_window);
+            value
+        })
+        .collect();
+    Value::Array(reports)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SuggestParams {
+    rule: Option<String>,
+    refuse: Option<f64>,
+}
+
+async fn suggest(
+    State(state): State<AdminState<BackendStore>>,
+    params: Result<Query<SuggestParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Query(params) = match params {
+        Ok(params) => params,
+        Err(rejection) => return bad_request(&rejection.body_text()),
+    };
+    let refuse = params.refuse.unwrap_or(1.0);
+    if !(0.0..=100.0).contains(&refuse) {
+        return bad_request("refuse is a percentage of clients, from 0 to 100");
+    }
+    let limits = state.limits.clone();
+    // A pass over each rule's table of clients: off the async workers.
+    let answer =
+        tokio::task::spawn_blocking(move || suggestions(&limits, params.rule, refuse)).await;
+    match answer {
+        Ok(Ok(value)) => Json(value).into_response(),
+        Ok(Err(message)) => (
+            StatusCode::NOT_FOUND,
+            Json(json!({ "error": "not_found", "message": message })),
+        )
+            .into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "suggestion failed").into_response(),
+    }
+}
+
+/// `/suggest`'s answer: `rule`'s suggestion, or every measuring rule's.
+fn suggestions(
+    limits: &Limits<BackendStore>,
+    rule: Option<String>,
+    refuse: f64,
+) -> Result<Value, String> {
+    let names = match rule {
+        Some(rule) => vec![rule],
+        None => limits.suggesting(),
+    };
+    let mut answers = Vec::new();
+    for name in &names {
+        match limits.suggest(name, refuse) {
+            Some(suggestion) => {
+                answers.push(serde_json::to_value(&suggestion).unwrap_or(Value::Null))
+            }
+            None => {
+                return Err(format!(
+                    "no rule \"{name}\" measures its clients' peaks (give it suggest = true or candidates)"
+                ));
+            }
+        }
+    }
+    Ok(json!({ "refuse_percent": refuse, "rules": answers }))
 }
 
 /// Most rules and most clients per rule one `/traffic` call returns.

@@ -17,6 +17,9 @@ pub(super) struct View {
     pub(super) config: Value,
     /// What filters the buckets: "under login/, at most 50% of budget left".
     pub(super) filters: String,
+    /// `/suggest`'s answer for every measuring rule (at 1 %), and `/candidates`' list.
+    pub(super) suggest: Value,
+    pub(super) candidates: Value,
 }
 
 /// `template` with its marked places filled from `view` (left empty without one).
@@ -33,6 +36,7 @@ pub(super) fn render(template: &str, view: Option<&View>) -> String {
         .replace("<!--buckets-->", &bucket_rows(&view.buckets, now))
         .replace("<!--summary-->", &summary(&view.buckets, &view.filters))
         .replace("<!--reloads-->", &reloads(&view.config))
+        .replace("<!--tuning-->", &tuning(&view.suggest, &view.candidates))
 }
 
 /// Text for HTML, in an element or a quoted attribute.
@@ -284,6 +288,174 @@ fn charts(traffic: &Value) -> String {
     out
 }
 
+/// Per rule measuring its clients' peaks: a picture of the peaks' spread on a log scale,
+/// the limit in force, each candidate where it stands with what it would have refused in
+/// the last hour, and the suggested limit.
+fn tuning(suggest: &Value, candidates: &Value) -> String {
+    let rules = suggest["rules"].as_array().map_or(&[][..], Vec::as_slice);
+    let candidates = candidates.as_array().map_or(&[][..], Vec::as_slice);
+    if rules.is_empty() && candidates.is_empty() {
+        return "<p id=\"no-tuning\">no rule measures its clients' peaks: give one <code>suggest = true</code> or <code>candidates</code></p>".to_owned();
+    }
+    let mut out = String::new();
+    for rule in rules {
+        let name = text(&rule["rule"]);
+        let peaks = &rule["requests"];
+        let enforced = rule["rates"][0]
+            .as_str()
+            .and_then(|rate| rate.split_once('/'))
+            .and_then(|(count, _)| count.parse::<f64>().ok());
+        let mine: Vec<&Value> = candidates
+            .iter()
+            .filter(|c| c["rule"].as_str() == Some(name.as_str()))
+            .collect();
+        let window = rule["window_secs"].as_u64().unwrap_or(60);
+        let unit = match window {
+            1 => "second".to_owned(),
+            60 => "minute".to_owned(),
+            3_600 => "hour".to_owned(),
+            86_400 => "day".to_owned(),
+            n => format!("{n} s"),
+        };
+        let caption = format!(
+            "peaks per {unit} of {} clients: p50 {} · p90 {} · p99 {} · p99.9 {} · max {}; refusing at most 1 %: {}",
+            text(&rule["clients"]),
+            text(&peaks["p50"]),
+            text(&peaks["p90"]),
+            text(&peaks["p99"]),
+            text(&peaks["p999"]),
+            text(&peaks["max"]),
+            text(&rule["suggested_rate"]),
+        );
+        let _ = write!(
+            out,
+            "<figure class=\"tuning\" data-rule=\"{}\"><figcaption><b>{}</b><span>{}</span></figcaption>{}",
+            escape(&name),
+            escape(&name),
+            escape(&caption),
+            spread(peaks, enforced, &mine, &name)
+        );
+        out.push_str(&candidate_list(&mine));
+        out.push_str("</figure>");
+    }
+    // Candidates of rules without peaks to draw (a global rule's).
+    let drawn: Vec<String> = rules.iter().map(|rule| text(&rule["rule"])).collect();
+    let rest: Vec<&Value> = candidates
+        .iter()
+        .filter(|c| !drawn.contains(&text(&c["rule"])))
+        .collect();
+    if !rest.is_empty() {
+        out.push_str("<figure class=\"tuning\"><figcaption><b>other candidates</b></figcaption>");
+        out.push_str(&candidate_list(&rest));
+        out.push_str("</figure>");
+    }
+    out
+}
+
+/// The spread of clients' peaks on a log axis: a box from p50 to p90, a thinner one to
+/// p99, a whisker to p99.9 and a dot at the maximum; the limit in force as a solid line,
+/// each candidate as a dashed one, labelled.
+fn spread(peaks: &Value, enforced: Option<f64>, candidates: &[&Value], name: &str) -> String {
+    const WIDTH: f64 = 480.0;
+    const HEIGHT: f64 = 64.0;
+    let at = |field: &str| number(&peaks[field]).max(1.0);
+    let marks: Vec<f64> = candidates
+        .iter()
+        .filter_map(|c| c["per_window"].as_f64())
+        .chain(enforced)
+        .collect();
+    let top = marks.iter().copied().fold(at("max"), f64::max) * 1.2;
+    let x = |value: f64| 8.0 + (value.max(1.0).ln() / top.max(2.0).ln()) * (WIDTH - 16.0);
+    let mut svg = format!(
+        "<svg class=\"spread\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-label=\"{}\">\
+         <line class=\"axis\" x1=\"8\" x2=\"{}\" y1=\"40\" y2=\"40\"></line>\
+         <rect class=\"p90\" x=\"{:.1}\" y=\"30\" width=\"{:.1}\" height=\"20\"></rect>\
+         <rect class=\"p99\" x=\"{:.1}\" y=\"34\" width=\"{:.1}\" height=\"12\"></rect>\
+         <line class=\"whisker\" x1=\"{:.1}\" x2=\"{:.1}\" y1=\"40\" y2=\"40\"></line>\
+         <circle class=\"max\" cx=\"{:.1}\" cy=\"40\" r=\"3\"></circle>",
+        escape(&format!(
+            "{name}: clients' peaks from p50 {} to max {}",
+            at("p50"),
+            at("max")
+        )),
+        WIDTH - 8.0,
+        x(at("p50")),
+        (x(at("p90")) - x(at("p50"))).max(1.0),
+        x(at("p90")),
+        (x(at("p99")) - x(at("p90"))).max(1.0),
+        x(at("p99")),
+        x(at("p999")),
+        x(at("max")),
+    );
+    // Powers of ten along the axis, faint, so the log scale reads.
+    let mut tick = 1.0;
+    while tick <= top {
+        let _ = write!(
+            svg,
+            "<line class=\"tick\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"36\" y2=\"44\"></line>\
+             <text class=\"tick\" x=\"{0:.1}\" y=\"28\">{1}</text>",
+            x(tick),
+            tick
+        );
+        tick *= 10.0;
+    }
+    if let Some(limit) = enforced {
+        let _ = write!(
+            svg,
+            "<line class=\"limit\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"12\" y2=\"58\"></line>\
+             <text x=\"{0:.1}\" y=\"10\">limit {1}</text>",
+            x(limit),
+            limit
+        );
+    }
+    for (row, candidate) in candidates.iter().enumerate() {
+        let Some(value) = candidate["per_window"].as_f64() else {
+            continue;
+        };
+        let _ = write!(
+            svg,
+            "<line class=\"candidate\" x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"20\" y2=\"58\"></line>\
+             <text class=\"candidate\" x=\"{0:.1}\" y=\"{1}\">{2}</text>",
+            x(value),
+            62 - (row % 2) * 4,
+            escape(&text(&candidate["candidate"]))
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// Each candidate's would-refuse figures over the last hour.
+fn candidate_list(candidates: &[&Value]) -> String {
+    if candidates.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("<ul class=\"candidates\">");
+    for candidate in candidates {
+        let hour = candidate["windows"]
+            .as_array()
+            .and_then(|windows| windows.iter().find(|w| w["window"] == "1h"));
+        let Some(hour) = hour else { continue };
+        let requests = number(&hour["requests"]);
+        let refused = number(&hour["would_refuse"]);
+        let share = if requests > 0.0 {
+            refused / requests * 100.0
+        } else {
+            0.0
+        };
+        let _ = write!(
+            out,
+            "<li data-candidate=\"{label}\"><b>{label}</b> would have refused {refused} of {requests} requests ({share:.1} %) from {clients} clients in the last hour</li>",
+            label = escape(&text(&candidate["candidate"])),
+            refused = refused,
+            requests = requests,
+            clients = text(&hour["clients"]),
+        );
+    }
+    out.push_str("</ul>");
+    out
+}
+
 fn reloads(config: &Value) -> String {
     let reloads = config["reloads"].as_array().map_or(&[][..], Vec::as_slice);
     if reloads.is_empty() {
@@ -369,9 +541,14 @@ mod tests {
                 "at": 0, "trigger": "file", "generation": 2, "applied": false,
                 "error": hostile, "changes": [] }] }),
             filters: format!("under {hostile}"),
+            suggest: json!({ "rules": [{ "rule": hostile, "rates": ["10/min"], "window_secs": 60,
+                "clients": 3, "suggested_rate": "5/min",
+                "requests": { "p50": 1, "p90": 2, "p99": 3, "p999": 4, "max": 9 } }] }),
+            candidates: json!([{ "rule": hostile, "candidate": hostile, "per_window": 3.0,
+                "windows": [{ "window": "1h", "requests": 4, "would_refuse": 1, "clients": 1 }] }]),
         };
         let page = render(
-            "<!--generation--><!--charts--><!--buckets--><!--summary--><!--reloads-->",
+            "<!--generation--><!--charts--><!--buckets--><!--summary--><!--reloads--><!--tuning-->",
             Some(&view),
         );
         assert!(!page.contains("<script>"), "{page}");

@@ -9,6 +9,7 @@
 //! tollgate --check                           # validate the config and print the rules
 //! tollgate --print-config                    # every setting in force, and where from
 //! tollgate --print-schema > tollgate.schema.json
+//! tollgate suggest --admin http://127.0.0.1:9090 --refuse 1 > limits.diff
 //! ```
 //!
 //! SIGHUP re-reads the config (saving it does too); SIGTERM or Ctrl-C drains and exits.
@@ -39,6 +40,16 @@ struct Flags {
     /// default), secrets redacted, and exit.
     #[arg(long)]
     print_config: bool,
+    #[command(subcommand)]
+    verb: Option<Verb>,
+}
+
+/// What else the binary does besides serving.
+#[derive(Debug, clap::Subcommand)]
+enum Verb {
+    /// Ask a running admin listener for the limits its clients' peaks suggest, and print
+    /// them as a unified diff of the config files (apply with `patch -p0`).
+    Suggest(crate::suggest::SuggestArgs),
 }
 
 /// Runs the service as the command line asks; what `main` returns.
@@ -76,6 +87,9 @@ pub fn main() -> ExitCode {
     if flags.print_config {
         return print_config(&flags.settings, &matches);
     }
+    if let Some(Verb::Suggest(args)) = &flags.verb {
+        return suggest(args);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -87,6 +101,33 @@ pub fn main() -> ExitCode {
         }
     };
     runtime.block_on(serve(flags.settings))
+}
+
+/// `tollgate suggest`: the diff on stdout, or why there is none on stderr.
+fn suggest(args: &crate::suggest::SuggestArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("tollgate: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(crate::suggest::run(args)) {
+        Ok(diff) => match write!(std::io::stdout().lock(), "{diff}") {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("tollgate: cannot write the diff: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(error) => {
+            eprintln!("tollgate: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `--check`: like `nginx -t`.

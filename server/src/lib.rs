@@ -44,6 +44,7 @@ mod server;
 mod settings;
 mod signals;
 mod startup;
+pub mod suggest;
 pub mod tls;
 
 use std::future::Future;

@@ -247,6 +247,12 @@ pub const CATALOGUE: &[Metric] = &[
         "TLS handshakes that failed or timed out, by listener.",
     ),
     metric(
+        "tollgate_candidate_requests_total",
+        Kind::Counter,
+        &["rule", "candidate", "outcome"],
+        "Requests each candidate limit decided beside its rule, never enforced, by rule, candidate (its rates as written) and outcome: allowed, or refused (what it would have refused).",
+    ),
+    metric(
         "tollgate_settled_total",
         Kind::Counter,
         &["rule", "outcome"],

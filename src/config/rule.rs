@@ -60,6 +60,8 @@ pub struct Rule {
     /// Whether each client's peak rate is measured for suggestions (`suggest = true`, or
     /// candidates on a per-client rule).
     tracks_peaks: bool,
+    /// `tracks_peaks` or candidates: whether requests are measured beside the decision.
+    tuned: bool,
 }
 
 /// What a rule does.
@@ -279,6 +281,7 @@ impl Rule {
             candidates: Vec::new(),
             candidate: None,
             tracks_peaks: false,
+            tuned: false,
         }
     }
 
@@ -293,21 +296,31 @@ impl Rule {
     /// Records that candidate `label`'s variant of this rule is at `index` in its rule set.
     pub(super) fn add_candidate(&mut self, label: Arc<str>, index: usize) {
         self.candidates.push((label, index));
+        self.tuned = true;
     }
 
     /// Gives a plan's variant its rule's candidates.
     pub(super) fn share_candidates(&mut self, candidates: &[(Arc<str>, usize)]) {
         self.candidates = candidates.to_vec();
+        self.tuned = self.tracks_peaks || !self.candidates.is_empty();
     }
 
     /// Sets whether clients' peak rates are measured under this rule.
     pub(super) fn set_tracks_peaks(&mut self, tracks: bool) {
         self.tracks_peaks = tracks;
+        self.tuned = tracks || !self.candidates.is_empty();
     }
 
     /// Where this rule's candidates are in its rule set, with their labels.
     pub(crate) fn candidate_indices(&self) -> &[(Arc<str>, usize)] {
         &self.candidates
+    }
+
+    /// Whether a request under the rule is measured beside its decision: its peak, or its
+    /// candidates' decisions. One load, for the request path.
+    #[inline]
+    pub(crate) fn is_tuned(&self) -> bool {
+        self.tuned
     }
 
     /// Whether the rule has candidate limits (`candidates = [...]`).
@@ -355,6 +368,7 @@ impl Rule {
         let mut variant = Rule::new(self.key.clone(), self.id, limit, self.origin.clone());
         variant.plan = Some(plan);
         variant.tracks_peaks = self.tracks_peaks;
+        variant.tuned = self.tracks_peaks;
         variant
     }
 

@@ -379,7 +379,10 @@ impl<St: Store> Limits<St> {
         permit: Permit,
     ) -> Plan<'r, St::Future> {
         let client = Client::identify(request, rules.client_settings());
-        self.plan_rate(rules, index, request, client, Some(Box::new(permit)))
+        let Some(rule) = rules.rule(index) else {
+            return Plan::Pass(Some(Box::new(permit)));
+        };
+        self.plan_rate(rules, index, rule, request, client, Some(Box::new(permit)))
     }
 
     fn plan_with<'r, B>(
@@ -428,7 +431,7 @@ impl<St: Store> Limits<St> {
         } else {
             None
         };
-        self.plan_rate(rules, index, request, client, permit)
+        self.plan_rate(rules, index, rule, request, client, permit)
     }
 
     /// The rate half of a plan, holding `permit` (the concurrency half's slot) throughout.
@@ -436,13 +439,11 @@ impl<St: Store> Limits<St> {
         &self,
         rules: &Active,
         index: usize,
+        rule: &Rule,
         request: &Request<B>,
         client: Client<'r>,
         permit: Option<Box<Permit>>,
     ) -> Plan<'r, St::Future> {
-        let Some(rule) = rules.rule(index) else {
-            return Plan::Pass(permit);
-        };
         let cost = request.extensions().get::<RequestCost>().map(|cost| cost.0);
         let now = self.shared.clock.now();
         let counts_status = matches!(
@@ -460,7 +461,9 @@ impl<St: Store> Limits<St> {
         let Some(decision) = self.start_check(rule, &client, mode, cost, now) else {
             return Plan::Pass(permit);
         };
-        self.tune(rules, index, &client, (mode, cost), now, true);
+        if rule.is_tuned() {
+            self.tune_slowly(rules, index, &client, (mode, cost), now, true);
+        }
         let reserves = rule.settle().is_some();
         let charge = (counts_status || reserves).then(|| Charge {
             cost: cost.unwrap_or_else(|| rule.cost()),

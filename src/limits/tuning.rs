@@ -9,6 +9,7 @@
 use super::Active;
 use super::Limits;
 use crate::clock::Timestamp;
+use crate::config::Rule;
 use crate::decision::Decision;
 use crate::key::Client;
 use crate::store::{CheckMode, Store, StoreError};
@@ -18,7 +19,7 @@ impl<St: Store> Limits<St> {
     /// (a request the rule saw, not a later settlement) its peak, and its candidates'
     /// would-be decisions; else its candidates' buckets take the same `mode` and `cost`
     /// (a charge, a refund) so that they follow the rule's.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn tune(
         &self,
         rules: &Active,
@@ -28,17 +29,15 @@ impl<St: Store> Limits<St> {
         now: Timestamp,
         counted: bool,
     ) {
-        let Some(rule) = rules.rule(index) else {
-            return;
-        };
-        if !rule.tracks_peaks() && !rule.has_candidates() {
-            return;
+        if rules.rule(index).is_some_and(Rule::is_tuned) {
+            self.tune_slowly(rules, index, client, how, now, counted);
         }
-        self.tune_slowly(rules, index, client, how, now, counted);
     }
 
+    /// [`tune`](Self::tune) once the rule is known to measure something: for a caller that
+    /// has the rule at hand and has asked [`Rule::is_tuned`] itself (the layer's path).
     #[inline(never)]
-    fn tune_slowly(
+    pub(super) fn tune_slowly(
         &self,
         rules: &Active,
         index: usize,

@@ -1,27 +1,4 @@
-//! What each candidate limit would have done: per candidate, the requests its rule saw and
-//! those it would have refused, per minute over a day ([`TrafficRing`]); and for each of
-//! the last 15 minutes, hour and day, how many distinct clients it would have refused (a
-//! HyperLogLog++ estimate per third of the window, within a few per cent) and which most
-//! ([`WindowedTop`]). Memory is fixed per candidate whatever the traffic: a day's ring
-//! (1,440 slots), and three windows of three thirds, each a sketch of at most
-//! 32 clients and an estimator of at most a few kilobytes.
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::clock::Timestamp;
-//! use tollgate::key::Client;
-//! use tollgate::traffic::Traffic;
-//!
-//! let traffic = Traffic::new(Duration::from_secs(900), Duration::from_secs(5));
-//! let now = Timestamp::from_unix_nanos(1_767_225_600_000_000_000);
-//! let twenty = traffic.candidate("api", "20/min").unwrap();
-//! twenty.decided(now, &Client::from_segment("203.0.113.7"), true);
-//! twenty.decided(now, &Client::from_segment("203.0.113.7"), false);
-//! let report = twenty.report(now, 5);
-//! assert_eq!((report.windows[0].requests, report.windows[0].would_refuse), (2, 1));
-//! assert_eq!(report.windows[0].clients, 1);
-//! assert_eq!(report.windows[0].top[0].client, "203.0.113.7");
-//! ```
+//! What each candidate limit would have done: see [`CandidateTraffic`].
 
 use std::hash::DefaultHasher;
 use std::sync::Arc;
@@ -49,7 +26,30 @@ pub(crate) const WINDOWS: [(&str, Duration); 3] = [
 /// words while small; about 3 % standard error.
 type Distinct = CardinalityEstimator<Client<'static>, DefaultHasher, 10, 6>;
 
-/// One candidate's record; see the [module docs](self).
+/// What each candidate limit would have done: per candidate, the requests its rule saw and
+/// those it would have refused, per minute over a day ([`TrafficRing`]); and for each of
+/// the last 15 minutes, hour and day, how many distinct clients it would have refused (a
+/// HyperLogLog++ estimate per third of the window, within a few per cent) and which most
+/// ([`WindowedTop`]). Memory is fixed per candidate whatever the traffic: a day's ring
+/// (1,440 slots), and three windows of three thirds, each a sketch of at most
+/// 32 clients and an estimator of at most a few kilobytes.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::clock::Timestamp;
+/// use tollgate::key::Client;
+/// use tollgate::traffic::Traffic;
+///
+/// let traffic = Traffic::new(Duration::from_secs(900), Duration::from_secs(5));
+/// let now = Timestamp::from_unix_nanos(1_767_225_600_000_000_000);
+/// let twenty = traffic.candidate("api", "20/min").unwrap();
+/// twenty.decided(now, &Client::from_segment("203.0.113.7"), true);
+/// twenty.decided(now, &Client::from_segment("203.0.113.7"), false);
+/// let report = twenty.report(now, 5);
+/// assert_eq!((report.windows[0].requests, report.windows[0].would_refuse), (2, 1));
+/// assert_eq!(report.windows[0].clients, 1);
+/// assert_eq!(report.windows[0].top[0].client, "203.0.113.7");
+/// ```
 pub struct CandidateTraffic {
     rule: Arc<str>,
     label: Arc<str>,

@@ -1,41 +1,4 @@
-//! Each client's peak rate under a rule, for suggested limits: the most requests (and the
-//! most cost) it sent in any one of the rule's windows, and the distribution of those peaks
-//! over clients.
-//!
-//! Per client, in a table of at most `[store] max_buckets` entries: the window being
-//! counted, its requests and cost so far, and the largest counts of its windows before
-//! (keyed by a seeded hash of the client, 28 bytes an entry). A client idle for two windows
-//! and fifteen minutes, or pushed out when the table is full (the lowest peaks first), is
-//! folded into the rule's [DDSketch](sketches_ddsketch) — fixed memory, quantiles within
-//! 1 % — and forgotten; if it comes back it is a new sample. A question is answered from
-//! the sketch with the table's clients added to a copy of it: one pass over the table.
-//! Names are kept only for the heaviest 64 clients (offered as their windows close, and
-//! every 32 requests while one is open; their exact peaks are read from the table when
-//! asked), which are those a suggested limit refuses.
-//!
-//! Windows are fixed, aligned to the Unix epoch, of the length of the rule's first rate's
-//! period (a minute for `100/min`): a client's peak is the most it sent in one of them.
-//!
-//! ```
-//! use std::time::Duration;
-//! use tollgate::clock::Timestamp;
-//! use tollgate::key::Client;
-//! use tollgate::traffic::PeakTracker;
-//!
-//! let peaks = PeakTracker::new(Duration::from_secs(60), 1_000);
-//! let now = Timestamp::from_unix_nanos(1_767_225_600_000_000_000);
-//! for (client, requests) in [("a", 5), ("b", 10), ("c", 40)] {
-//!     for _ in 0..requests {
-//!         peaks.record(now, &Client::from_segment(client), 1);
-//!     }
-//! }
-//! let suggestion = peaks.suggest(now, 34.0);
-//! assert_eq!(suggestion.clients, 3);
-//! assert_eq!(suggestion.requests.max, 40);
-//! // Refusing at most a third of the clients: a limit of 10 refuses only c.
-//! assert_eq!(suggestion.requests.limit, 10);
-//! assert_eq!(suggestion.requests.refused[0].client, "c");
-//! ```
+//! Each client's peak rate under a rule, for suggested limits: see [`PeakTracker`].
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
@@ -102,7 +65,44 @@ impl Counts {
     }
 }
 
-/// One rule's peak tracker; see the [module docs](self).
+/// Each client's peak rate under a rule, for suggested limits: the most requests (and the
+/// most cost) it sent in any one of the rule's windows, and the distribution of those peaks
+/// over clients.
+///
+/// Per client, in a table of at most `[store] max_buckets` entries: the window being
+/// counted, its requests and cost so far, and the largest counts of its windows before
+/// (keyed by a seeded hash of the client, 28 bytes an entry). A client idle for two windows
+/// and fifteen minutes, or pushed out when the table is full (the lowest peaks first), is
+/// folded into the rule's [DDSketch](sketches_ddsketch) — fixed memory, quantiles within
+/// 1 % — and forgotten; if it comes back it is a new sample. A question is answered from
+/// the sketch with the table's clients added to a copy of it: one pass over the table.
+/// Names are kept only for the heaviest 64 clients (offered as their windows close, and
+/// every 32 requests while one is open; their exact peaks are read from the table when
+/// asked), which are those a suggested limit refuses.
+///
+/// Windows are fixed, aligned to the Unix epoch, of the length of the rule's first rate's
+/// period (a minute for `100/min`): a client's peak is the most it sent in one of them.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::clock::Timestamp;
+/// use tollgate::key::Client;
+/// use tollgate::traffic::PeakTracker;
+///
+/// let peaks = PeakTracker::new(Duration::from_secs(60), 1_000);
+/// let now = Timestamp::from_unix_nanos(1_767_225_600_000_000_000);
+/// for (client, requests) in [("a", 5), ("b", 10), ("c", 40)] {
+///     for _ in 0..requests {
+///         peaks.record(now, &Client::from_segment(client), 1);
+///     }
+/// }
+/// let suggestion = peaks.suggest(now, 34.0);
+/// assert_eq!(suggestion.clients, 3);
+/// assert_eq!(suggestion.requests.max, 40);
+/// // Refusing at most a third of the clients: a limit of 10 refuses only c.
+/// assert_eq!(suggestion.requests.limit, 10);
+/// assert_eq!(suggestion.requests.refused[0].client, "c");
+/// ```
 pub struct PeakTracker {
     window: u64,
     hasher: foldhash::quality::RandomState,
@@ -175,8 +175,9 @@ pub struct PeakSuggestion {
 }
 
 fn sketch() -> DDSketch {
-    // 1 % relative accuracy; at most 2,048 bins (16 KiB) whatever the values.
-    DDSketch::new(Config::new(0.01, 2_048, 1.0))
+    // 1 % relative accuracy; at most 2,048 bins (16 KiB) whatever the values; a peak of 1
+    // (the least a measured client has) is above the smallest value indexed.
+    DDSketch::new(Config::new(0.01, 2_048, 0.5))
 }
 
 impl PeakTracker {
@@ -301,7 +302,7 @@ impl PeakTracker {
         }
     }
 
-    /// Folds clients idle for two windows and [`IDLE`] into the sketch; how many went.
+    /// Folds clients idle for two windows and 15 minutes into the sketch; how many went.
     pub fn sweep(&self, now: Timestamp) -> usize {
         let idle_windows = (duration_nanos(IDLE) / self.window).max(2);
         let current = (now.as_unix_nanos() / self.window) as u32;
@@ -443,8 +444,9 @@ fn distribution(sketch: &DDSketch, keep: f64, heavy: Vec<(String, u64)>) -> Peak
             .map_or(0, |value| value.round() as u64)
     };
     let max = sketch.max().map_or(0, |value| value.round() as u64);
-    // A limit at the quantile admits every client at or below it; rounded up, as a
-    // limit is whole requests and the sketch may sit just under a client's peak.
+    // A limit at the quantile admits every client at or below it. Peaks are whole
+    // requests and the sketch answers within 1 % of one, so the nearest whole number is
+    // the peak it stands for (rounding up would turn 5.02 into 6).
     let limit = if keep >= 1.0 {
         max
     } else {
@@ -452,7 +454,7 @@ fn distribution(sketch: &DDSketch, keep: f64, heavy: Vec<(String, u64)>) -> Peak
             .quantile(keep)
             .ok()
             .flatten()
-            .map_or(0, |value| value.ceil() as u64)
+            .map_or(0, |value| value.round() as u64)
             .min(max)
     };
     let mut refused: Vec<PeakClient> = heavy
@@ -529,6 +531,18 @@ mod tests {
         let cost = suggestion.cost.expect("requests cost 3");
         assert!((267..=276).contains(&cost.limit), "{}", cost.limit);
         assert_eq!(suggestion.requests.refused[0].client, "client-99");
+    }
+
+    #[test]
+    fn a_client_seen_once_peaked_at_one_not_zero() {
+        let clock = FakeClock::new();
+        let peaks = PeakTracker::new(Duration::from_secs(60), 1_000);
+        for i in 0..10 {
+            peaks.record(clock.now(), &client(i), 1);
+        }
+        let suggestion = peaks.suggest(clock.now(), 1.0);
+        assert_eq!((suggestion.requests.p50, suggestion.requests.max), (1, 1));
+        assert_eq!(suggestion.requests.limit, 1);
     }
 
     #[test]

@@ -30,3 +30,4 @@ mod shaping;
 mod sigterm;
 mod support;
 mod tls;
+mod tuning;
