@@ -247,6 +247,12 @@ pub const CATALOGUE: &[Metric] = &[
         "TLS handshakes that failed or timed out, by listener.",
     ),
     metric(
+        "tollgate_disk_errors_total",
+        Kind::Counter,
+        &[],
+        "Writes and syncs of the disk store that failed (a full disk): each decided by on_backend_error until a write succeeds again.",
+    ),
+    metric(
         "tollgate_candidate_requests_total",
         Kind::Counter,
         &["rule", "candidate", "outcome"],

@@ -46,6 +46,11 @@ pub enum GatewayError {
     /// The demo upstream could not start.
     #[error("cannot start the demo upstream: {0}")]
     Demo(#[source] std::io::Error),
+    /// The disk store the config names cannot be opened (another process holds its
+    /// directory, or it is damaged): buckets that should survive a crash must not quietly
+    /// live in memory instead.
+    #[error("{0}")]
+    Disk(String),
 }
 
 impl Gateway {
@@ -69,6 +74,11 @@ impl Gateway {
         })
         .await
         .map_err(|error| GatewayError::Loader(error.to_string()))??;
+        if limits.rules().store().backend == tollgate::config::Backend::Disk
+            && let Some(reason) = limits.store().unusable()
+        {
+            return Err(GatewayError::Disk(reason.to_owned()));
+        }
         let readiness = Arc::new(Readiness::new());
         readiness.loaded(limits.clone());
         let file = limits

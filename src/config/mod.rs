@@ -46,8 +46,8 @@ pub use rule_set::RuleSet;
 #[cfg(feature = "schema")]
 pub use schema::json_schema;
 pub use settings::{
-    Backend, BodyTemplate, OnBackendError, RedisConnection, RedisSettings, RedisTls,
-    ReloadSettings, RemoteHeader, ResponseSettings, Secret, StoreSettings, SyncMode,
+    Backend, BodyTemplate, DiskSettings, DiskSync, OnBackendError, RedisConnection, RedisSettings,
+    RedisTls, ReloadSettings, RemoteHeader, ResponseSettings, Secret, StoreSettings, SyncMode,
 };
 pub use source::{MAX_CONFIG_BYTES, Validator};
 

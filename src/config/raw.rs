@@ -133,6 +133,12 @@ pub(crate) struct RawStore {
     /// The environment variable holding the sentinels' password.
     #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) sentinel_password_env: Option<Spanned<String>>,
+    /// `backend = "disk"`: the directory the buckets live in.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) path: Option<Spanned<String>>,
+    /// `backend = "disk"`: the most buckets kept in memory; the rest are read from disk.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
+    pub(crate) cache_buckets: Option<Spanned<i64>>,
     /// `[store.tls]`: how `rediss://` connections are verified.
     #[cfg_attr(feature = "schema", schemars(with = "Option<RawRedisTls>"))]
     pub(crate) tls: Option<Spanned<RawRedisTls>>,

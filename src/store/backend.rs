@@ -6,8 +6,10 @@
 //! (the first rule set configures it); a reload that names another backend is logged and
 //! applies at the next restart, since switching would silently reset every budget.
 //!
-//! Caller-defined buckets (`RL.*`, [`Limits::take_from`](crate::Limits::take_from)) always
-//! live in this instance's memory, even with Redis: their discrete-refill arithmetic is not
+//! With the disk backend every bucket is on disk, caller-defined ones too (smyte's `RL.*`
+//! made durable). Caller-defined buckets (`RL.*`,
+//! [`Limits::take_from`](crate::Limits::take_from)) otherwise live in this instance's
+//! memory, even with Redis: their discrete-refill arithmetic is not
 //! in the Redis script, so with several instances each keeps its own.
 
 use std::future::{Future, Ready, ready};
@@ -23,6 +25,8 @@ use crate::clock::Timestamp;
 use crate::config::{Backend, RuleSet};
 use crate::decision::Decision;
 
+#[cfg(feature = "disk")]
+use super::disk::DiskStore;
 #[cfg(feature = "redis")]
 use super::redis::{RedisFuture, RedisStore};
 
@@ -44,6 +48,8 @@ pub struct BackendStore {
     chosen: OnceLock<Backend>,
     #[cfg(feature = "redis")]
     redis: OnceLock<RedisStore>,
+    #[cfg(feature = "disk")]
+    disk: OnceLock<DiskStore>,
     /// Why the Redis backend the config names could not be made, if it could not.
     unusable: OnceLock<String>,
 }
@@ -64,6 +70,12 @@ impl BackendStore {
     /// The in-memory buckets (the backend, or unused when Redis is).
     pub fn memory(&self) -> &MemoryStore {
         &self.memory
+    }
+
+    /// The disk store, when that is the backend.
+    #[cfg(feature = "disk")]
+    pub fn disk(&self) -> Option<&DiskStore> {
+        self.disk.get()
     }
 
     /// The Redis store, when that is the backend.
@@ -104,6 +116,10 @@ impl Store for BackendStore {
     type Future = BackendFuture;
 
     fn check(&self, request: CheckRequest<'_>) -> BackendFuture {
+        #[cfg(feature = "disk")]
+        if let Some(disk) = self.disk.get() {
+            return BackendFuture::Memory(disk.check(request));
+        }
         #[cfg(feature = "redis")]
         if let Some(redis) = self.redis.get()
             && request.bucket.rule != RuleId::CALLER_DEFINED
@@ -114,6 +130,10 @@ impl Store for BackendStore {
     }
 
     fn check_all<'a>(&'a self, requests: &'a [CheckRequest<'a>]) -> ManyFuture<'a> {
+        #[cfg(feature = "disk")]
+        if let Some(disk) = self.disk.get() {
+            return disk.check_all(requests);
+        }
         #[cfg(feature = "redis")]
         if let Some(redis) = self.redis.get() {
             return redis.check_all(requests);
@@ -123,6 +143,10 @@ impl Store for BackendStore {
 
     fn forget(&self, rules: &[RuleId]) {
         self.memory.forget(rules);
+        #[cfg(feature = "disk")]
+        if let Some(disk) = self.disk.get() {
+            disk.forget(rules);
+        }
     }
 
     fn acquire_slot(&self, bucket: BucketRef<'_>, limit: u32) -> Option<SlotFuture> {
@@ -137,6 +161,20 @@ impl Store for BackendStore {
     fn configure(&self, rules: &RuleSet) {
         let wanted = rules.store().backend;
         let chosen = *self.chosen.get_or_init(|| {
+            #[cfg(feature = "disk")]
+            if wanted == Backend::Disk {
+                let store = &rules.store();
+                match DiskStore::open(&store.disk, store.redis.on_backend_error) {
+                    Ok(disk) => {
+                        let _ = self.disk.set(disk);
+                        return wanted;
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "disk backend unusable; buckets stay in memory");
+                        let _ = self.unusable.set(error.to_string());
+                    }
+                }
+            }
             #[cfg(feature = "redis")]
             if wanted.is_redis() {
                 let settings = &rules.store().redis;
@@ -167,6 +205,10 @@ impl Store for BackendStore {
             );
         }
         self.memory.configure(rules);
+        #[cfg(feature = "disk")]
+        if let Some(disk) = self.disk.get() {
+            disk.configure(rules);
+        }
         #[cfg(feature = "redis")]
         if let Some(redis) = self.redis.get() {
             redis.configure(rules);
@@ -175,6 +217,10 @@ impl Store for BackendStore {
 
     fn sweep(&self, now: Timestamp) -> usize {
         let swept = self.memory.sweep(now);
+        #[cfg(feature = "disk")]
+        if let Some(disk) = self.disk.get() {
+            return swept + disk.sweep(now);
+        }
         #[cfg(feature = "redis")]
         if let Some(redis) = self.redis.get() {
             return swept + redis.sweep(now);
@@ -193,6 +239,10 @@ impl Store for BackendStore {
     }
 
     fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {
+        #[cfg(feature = "disk")]
+        if let Some(disk) = self.disk.get() {
+            return disk.buckets(query);
+        }
         #[cfg(feature = "redis")]
         if let Some(redis) = self.redis.get() {
             return redis.buckets(query);
@@ -201,6 +251,10 @@ impl Store for BackendStore {
     }
 
     fn remove(&self, bucket: BucketRef<'_>) -> AdminFuture<bool> {
+        #[cfg(feature = "disk")]
+        if let Some(disk) = self.disk.get() {
+            return disk.remove(bucket);
+        }
         #[cfg(feature = "redis")]
         if let Some(redis) = self.redis.get()
             && bucket.rule != RuleId::CALLER_DEFINED

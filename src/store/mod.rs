@@ -32,6 +32,8 @@
 //! ```
 
 mod backend;
+#[cfg(feature = "disk")]
+mod disk;
 mod inspect;
 mod memory;
 #[cfg(feature = "redis")]
@@ -42,6 +44,8 @@ use std::future::Future;
 use std::pin::Pin;
 
 pub use backend::{BackendFuture, BackendStore};
+#[cfg(feature = "disk")]
+pub use disk::DiskStore;
 pub(crate) use inspect::TopRows;
 pub use inspect::{BucketQuery, BucketRow, BucketSort, CALLER_DEFINED_PREFIX, CALLER_DEFINED_RULE};
 pub use memory::MemoryStore;

@@ -95,6 +95,36 @@ pub(crate) enum Layout {
 }
 
 impl Layout {
+    /// The layout's one-byte code, for the disk store's values.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Layout::One => 1,
+            Layout::Many => 2,
+            Layout::Discrete => 3,
+            Layout::Log => 4,
+            Layout::Warm => 5,
+            Layout::Ring => 6,
+        }
+    }
+
+    /// The layout a [`code`](Self::code) names, if any.
+    pub(crate) fn from_code(code: u8) -> Option<Layout> {
+        Some(match code {
+            1 => Layout::One,
+            2 => Layout::Many,
+            3 => Layout::Discrete,
+            4 => Layout::Log,
+            5 => Layout::Warm,
+            6 => Layout::Ring,
+            _ => return None,
+        })
+    }
+
+    /// Whether `words` are as many as this layout has.
+    pub(crate) fn holds(self, words: &[u64]) -> bool {
+        self.fits(words)
+    }
+
     fn name(self) -> &'static str {
         match self {
             Layout::One => "one",

@@ -12,6 +12,7 @@ mod calendar;
 mod candidates;
 mod concurrency;
 mod config_files;
+mod disk;
 mod fuzz_corpus;
 mod hyper_server;
 mod in_flight;

@@ -25,7 +25,7 @@ fn write(path: &Path, text: &str) {
 
 /// One step of a scenario.
 #[derive(Clone, Copy, Debug)]
-enum Step {
+pub(crate) enum Step {
     /// Let this many milliseconds pass.
     Wait(u64),
     /// `check(key, cost)`.
@@ -45,7 +45,7 @@ enum Step {
 use Step::{Charge, Check, OnPlan, Peek, Refund, Reload, Wait};
 
 /// The shared test matrix: each scenario is a `[limits]` table and a sequence of steps.
-fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
+pub(crate) fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
     let knock = |key: &'static str, times: usize, every: u64| {
         (0..times)
             .flat_map(move |_| [Check(key, 1), Wait(every)])
@@ -301,7 +301,7 @@ fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
 }
 
 /// Runs `steps` against `limits`, stepping `clock`; every decision in order.
-async fn run<St: Store>(
+pub(crate) async fn run<St: Store>(
     limits: &Limits<St>,
     clock: &FakeClock,
     config: &Path,

@@ -13,6 +13,7 @@ mod architecture;
 mod bypass;
 mod config_files;
 mod container;
+mod disk;
 mod environment;
 mod gateway;
 mod grpc;

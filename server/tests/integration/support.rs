@@ -95,6 +95,17 @@ impl ServiceProcess {
         }
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, and waits for it to be gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// What it has written to stderr so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()

@@ -10,7 +10,9 @@ mod store;
 pub use connection::{RedisConnection, RedisTls, Secret};
 pub use reload::{ReloadSettings, RemoteHeader};
 pub use response::{BodyTemplate, ResponseSettings};
-pub use store::{Backend, OnBackendError, RedisSettings, StoreSettings, SyncMode};
+pub use store::{
+    Backend, DiskSettings, DiskSync, OnBackendError, RedisSettings, StoreSettings, SyncMode,
+};
 
 use http::HeaderName;
 use ipnet::IpNet;

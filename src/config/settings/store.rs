@@ -43,6 +43,8 @@ pub struct StoreSettings {
     pub snapshot_interval: Duration,
     /// Where buckets live (`backend`, default [`Backend::Memory`]).
     pub backend: Backend,
+    /// The disk backend's settings (used when `backend = "disk"`).
+    pub disk: DiskSettings,
     /// The Redis backend's settings (used when `backend = "redis"`).
     pub redis: RedisSettings,
 }
@@ -61,6 +63,9 @@ pub enum Backend {
     /// `"redis-sentinel"`: in the Redis master that Sentinel names, followed through
     /// failovers.
     RedisSentinel,
+    /// `"disk"`: in an embedded store on local disk (`path`), durable across crashes and
+    /// larger than memory (feature `disk`).
+    Disk,
 }
 
 impl Backend {
@@ -98,6 +103,54 @@ pub enum SyncMode {
     /// and spends them without a round trip, renewing as they run out; leases given back
     /// and admissions made while Redis was down are settled every `sync_interval`.
     Local,
+}
+
+/// The disk backend's part of `[store]`.
+///
+/// ```
+/// let rules = tollgate::config::RuleSet::from_toml(
+///     "[store]\nbackend = \"disk\"\npath = \"/var/lib/tollgate\"\nsync_interval = \"always\"\ncache_buckets = 100000\n",
+/// );
+/// # #[cfg(feature = "disk")] {
+/// let store = rules?.store().clone();
+/// assert_eq!(store.disk.path.unwrap().to_str(), Some("/var/lib/tollgate"));
+/// assert_eq!(store.disk.sync, tollgate::config::DiskSync::Always);
+/// assert_eq!(store.disk.cache_buckets, 100_000);
+/// # }
+/// # Ok::<(), tollgate::config::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiskSettings {
+    /// The directory the store lives in (`path`; required with `backend = "disk"`).
+    pub path: Option<PathBuf>,
+    /// How often decisions are made durable (`sync_interval`, default 10 ms, or
+    /// `"always"`).
+    pub sync: DiskSync,
+    /// Buckets kept in memory at most (`cache_buckets`, default 1,000,000); the rest are
+    /// read from disk when asked for.
+    pub cache_buckets: usize,
+}
+
+/// When the disk backend makes its writes durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskSync {
+    /// At least this often (`sync_interval = "10ms"`): a crash loses at most this long's
+    /// spending; concurrent decisions share each sync.
+    Every(Duration),
+    /// Before each decision is answered (`sync_interval = "always"`); decisions waiting at
+    /// the same time share one sync.
+    Always,
+}
+
+impl Default for DiskSettings {
+    fn default() -> Self {
+        DiskSettings {
+            path: None,
+            sync: DiskSync::Every(Duration::from_millis(10)),
+            cache_buckets: 1_000_000,
+        }
+    }
 }
 
 /// The Redis backend's part of `[store]`.
@@ -160,6 +213,7 @@ impl Default for StoreSettings {
             snapshot: None,
             snapshot_interval: Duration::from_secs(60),
             backend: Backend::Memory,
+            disk: DiskSettings::default(),
             redis: RedisSettings::default(),
         }
     }
@@ -246,18 +300,24 @@ impl StoreSettings {
                 "redis-sentinel" if cfg!(feature = "redis") => {
                     self.backend = Backend::RedisSentinel;
                 }
+                "disk" if cfg!(feature = "disk") => self.backend = Backend::Disk,
                 name @ ("redis" | "redis-cluster" | "redis-sentinel") => out.push(source.at(
                     backend.span(),
                     format!("backend \"{name}\" needs tollgate built with its `redis` feature"),
                 )),
+                "disk" => out.push(source.at(
+                    backend.span(),
+                    "backend \"disk\" needs tollgate built with its `disk` feature",
+                )),
                 other => out.push(source.at(
                     backend.span(),
                     format!(
-                        "backend must be \"memory\", \"redis\", \"redis-cluster\" or \"redis-sentinel\", found \"{other}\""
+                        "backend must be \"memory\", \"disk\", \"redis\", \"redis-cluster\" or \"redis-sentinel\", found \"{other}\""
                     ),
                 )),
             }
         }
+        self.apply_disk(source, raw, out, count);
         self.apply_redis(source, raw, out, duration, count);
         let mut nodes = std::mem::take(&mut self.redis.nodes);
         self.redis.connection.apply(source, raw, &mut nodes, out);
@@ -284,6 +344,54 @@ impl StoreSettings {
                 url.span(),
                 "url lists several servers, which only backend = \"redis-cluster\" uses (its seed \
                  nodes); a single Redis takes one url",
+            ));
+        }
+    }
+
+    /// `path`, `cache_buckets`, and `sync_interval` as the disk backend reads it (a
+    /// duration, or `"always"`); `backend = "disk"` needs a `path`.
+    fn apply_disk(
+        &mut self,
+        source: &SourceText,
+        raw: &RawStore,
+        out: &mut Vec<Diagnostic>,
+        count: impl Fn(&str, &Spanned<i64>, i64, &mut Vec<Diagnostic>) -> Option<usize>,
+    ) {
+        if let Some(path) = &raw.path {
+            match path.get_ref().trim() {
+                "" => out.push(source.at(path.span(), "path is empty: name a directory")),
+                dir => self.disk.path = Some(PathBuf::from(dir)),
+            }
+        }
+        if let Some(n) = &raw.cache_buckets
+            && let Some(n) = count("cache_buckets", n, i64::MAX, out)
+        {
+            self.disk.cache_buckets = n;
+        }
+        if let Some(text) = &raw.sync_interval {
+            match text.get_ref().trim() {
+                "always" => self.disk.sync = DiskSync::Always,
+                written => match parse_duration(written) {
+                    Some(d) if !d.is_zero() && d <= Duration::from_secs(10) => {
+                        self.disk.sync = DiskSync::Every(d);
+                    }
+                    _ if self.backend == Backend::Disk => out.push(source.at(
+                        text.span(),
+                        format!(
+                            "sync_interval must be a duration between 1ms and 10s, or \"always\", found \"{written}\""
+                        ),
+                    )),
+                    _ => {}
+                },
+            }
+        }
+        if let Some(backend) = &raw.backend
+            && self.backend == Backend::Disk
+            && self.disk.path.is_none()
+        {
+            out.push(source.at(
+                backend.span(),
+                "backend = \"disk\" needs path = \"/var/lib/tollgate\" (a directory of its own)",
             ));
         }
     }
@@ -456,6 +564,10 @@ impl StoreSettings {
             let Some(text) = text else {
                 continue;
             };
+            // The disk backend reads sync_interval itself ("always", or as little as 1ms).
+            if field == "sync_interval" && self.backend == Backend::Disk {
+                continue;
+            }
             let Some(d) = duration(field, text, out) else {
                 continue;
             };
@@ -485,7 +597,7 @@ mod tests {
                     breaker_failures = -1\n[limits]\n\"/\" = \"1/s\"\n";
         let error = crate::Limits::from_toml(text).unwrap_err().to_string();
         for expected in [
-            "<inline>:2:11: backend must be \"memory\", \"redis\", \"redis-cluster\" or \"redis-sentinel\", found \"etcd\"",
+            "<inline>:2:11: backend must be \"memory\", \"disk\", \"redis\", \"redis-cluster\" or \"redis-sentinel\", found \"etcd\"",
             "<inline>:3:7: url \"http://x\" is not a Redis URL",
             "<inline>:4:14: key_prefix must be at most 64 bytes without '{' or '}'",
             "<inline>:5:11: timeout \"soon\" is not a duration",
@@ -533,6 +645,48 @@ mod tests {
             (
                 "backend = \"redis\"\nconcurrency_lease = \"10ms\"",
                 "<inline>:3:21: concurrency_lease must be between 300ms and 1h, found \"10ms\"",
+            ),
+        ] {
+            let error = settings(text).unwrap_err().to_string();
+            assert!(
+                error.contains(expected),
+                "missing {expected:?} in:\n{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_disk_backend_needs_a_path_and_reads_its_own_sync_interval() {
+        let settings = |text: &str| {
+            crate::Limits::from_toml(&format!("[store]\n{text}\n[limits]\n\"/\" = \"1/s\"\n"))
+                .map(|limits| limits.rules().store().clone())
+        };
+        let disk = settings("backend = \"disk\"\npath = \"/tmp/x\"").unwrap();
+        assert_eq!(disk.backend, super::Backend::Disk);
+        assert_eq!(
+            disk.disk.sync,
+            super::DiskSync::Every(Duration::from_millis(10))
+        );
+        assert_eq!(disk.disk.cache_buckets, 1_000_000);
+        let always =
+            settings("backend = \"disk\"\npath = \"/tmp/x\"\nsync_interval = \"always\"").unwrap();
+        assert_eq!(always.disk.sync, super::DiskSync::Always);
+        for (text, expected) in [
+            (
+                "backend = \"disk\"",
+                "<inline>:2:11: backend = \"disk\" needs path = \"/var/lib/tollgate\"",
+            ),
+            (
+                "backend = \"disk\"\npath = \"/tmp/x\"\nsync_interval = \"never\"",
+                "<inline>:4:17: sync_interval must be a duration between 1ms and 10s, or \"always\"",
+            ),
+            (
+                "backend = \"disk\"\npath = \"\"",
+                "<inline>:3:8: path is empty",
+            ),
+            (
+                "cache_buckets = 0",
+                "<inline>:2:17: cache_buckets must be between 1",
             ),
         ] {
             let error = settings(text).unwrap_err().to_string();

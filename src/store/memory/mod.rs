@@ -42,6 +42,8 @@ use crate::quota::IntervalId;
 mod bound;
 mod listing;
 mod persist;
+#[cfg(feature = "disk")]
+pub(crate) use persist::Exported;
 mod state;
 mod tables;
 

@@ -9,9 +9,10 @@ use super::tables::{Compact, Entry, compact_ip, seen_stamp};
 use super::{MemoryStore, hash_compact};
 use crate::clock::Timestamp;
 use crate::config::{Limit, Per, RuleId, RuleSet};
+use crate::decision::Decision;
 use crate::quota::IntervalId;
-use crate::store::SnapshotError;
 use crate::store::snapshot::{self, Layout, Record};
+use crate::store::{BucketRef, CheckRequest, SnapshotError};
 
 /// The rule key a snapshot files caller-defined (`RL.*`) buckets under: no rule's
 /// normalised key starts with `/`.
@@ -51,30 +52,7 @@ impl MemoryStore {
                     None if entry.rule == RuleId::CALLER_DEFINED => CALLER_DEFINED_KEY,
                     None => return,
                 };
-                let (layout, words) = match &entry.state {
-                    State::One { tat, interval } => (Layout::One, vec![tat[0], *interval]),
-                    State::Many(words) => (Layout::Many, words.to_vec()),
-                    State::Discrete(words) => (Layout::Discrete, words.to_vec()),
-                    State::Warm(words) => (Layout::Warm, words.to_vec()),
-                    State::Log(log) => {
-                        let mut words =
-                            Vec::with_capacity(1 + log.periods.len() + log.entries.len());
-                        words.push(log.periods.len() as u64);
-                        words.extend(log.periods.iter());
-                        words.extend(log.entries.iter());
-                        (Layout::Log, words)
-                    }
-                    State::Ring(rings) => {
-                        let mut words =
-                            Vec::with_capacity(1 + 2 * rings.periods.len() + rings.words.len());
-                        words.push(rings.periods.len() as u64);
-                        for &(period, resolution) in &rings.periods {
-                            words.extend([period, resolution]);
-                        }
-                        words.extend(rings.words.iter());
-                        (Layout::Ring, words)
-                    }
-                };
+                let (layout, words) = layout_words(&entry.state);
                 records.push(Record {
                     rule: rule.to_owned(),
                     client: entry.client.clone(),
@@ -100,37 +78,149 @@ impl MemoryStore {
                 client: record.client,
                 state,
             };
-            if entry.state.refills_in(now) == 0 {
-                continue;
+            if self.insert_absent(entry, now) {
+                restored += 1;
             }
-            let hash = self.hasher.hash_one(entry.bucket());
-            let mut tables = self.shard(hash).lock();
-            if tables.contains(hash, entry.bucket()) {
-                continue;
-            }
-            let hasher = &self.hasher;
-            let compact = match (&entry.state, compact_ip(entry.bucket())) {
-                (State::One { tat, interval }, Some(ip)) => IntervalId::intern(*interval)
-                    .map(|interval| Compact::new(entry.rule, ip, interval, tat[0], now)),
-                _ => None,
-            };
-            match compact {
-                Some(compact) => {
-                    tables
-                        .compact
-                        .insert_unique(hash, compact, |c| hash_compact(hasher, c));
-                }
-                None => {
-                    tables
-                        .general
-                        .insert_unique(hash, entry, |e| hasher.hash_one(e.bucket()));
-                }
-            }
-            restored += 1;
-            self.count(true, 1);
         }
         self.keep_bound(now);
         restored
+    }
+
+    /// Holds `entry` unless its bucket is held already or it has refilled; whether it was
+    /// put in. The caller keeps the bound.
+    fn insert_absent(&self, entry: Entry, now: u64) -> bool {
+        if entry.state.refills_in(now) == 0 {
+            return false;
+        }
+        let hash = self.hasher.hash_one(entry.bucket());
+        let mut tables = self.shard(hash).lock();
+        if tables.contains(hash, entry.bucket()) {
+            return false;
+        }
+        let hasher = &self.hasher;
+        let compact = match (&entry.state, compact_ip(entry.bucket())) {
+            (State::One { tat, interval }, Some(ip)) => IntervalId::intern(*interval)
+                .map(|interval| Compact::new(entry.rule, ip, interval, tat[0], now)),
+            _ => None,
+        };
+        match compact {
+            Some(compact) => {
+                tables
+                    .compact
+                    .insert_unique(hash, compact, |c| hash_compact(hasher, c));
+            }
+            None => {
+                tables
+                    .general
+                    .insert_unique(hash, entry, |e| hasher.hash_one(e.bucket()));
+            }
+        }
+        self.count(true, 1);
+        true
+    }
+
+    /// Decides `request` as [`decide`](Self::decide) does, and returns with the decision
+    /// the bucket's state after it as stored words and the nanoseconds until it will have
+    /// refilled — read under the same lock, so no eviction can come between (`None`: the
+    /// bucket is not held, having refilled). For a store that writes buckets elsewhere too
+    /// (on disk).
+    pub(crate) fn decide_exporting(&self, request: CheckRequest<'_>) -> (Decision, Exported) {
+        let hash = self.hasher.hash_one(request.bucket);
+        let mut tables = self.shard(hash).lock();
+        let decision = self.decide_in(&mut tables, hash, request);
+        let now = request.now.as_unix_nanos();
+        let exported = exported(&tables, hash, request.bucket, now);
+        drop(tables);
+        self.keep_bound(now);
+        (decision, exported)
+    }
+
+    /// Puts `bucket` back from stored words unless it is held already; whether it was.
+    /// `global` says whether the bucket's rule keeps one bucket for all (the words must fit
+    /// the kind of bucket the rule keeps, as a snapshot's must).
+    pub(crate) fn import_bucket(
+        &self,
+        bucket: BucketRef<'_>,
+        layout: Layout,
+        words: Vec<u64>,
+        now: u64,
+    ) -> bool {
+        let state = if bucket.rule == RuleId::CALLER_DEFINED {
+            let Ok(words) = <[u64; 6]>::try_from(words.as_slice()) else {
+                return false;
+            };
+            if layout != Layout::Discrete {
+                return false;
+            }
+            State::Discrete(Box::new(words))
+        } else {
+            match state_from(layout, &words) {
+                Some(state) => state,
+                None => return false,
+            }
+        };
+        let entry = Entry {
+            rule: bucket.rule,
+            last_seen: seen_stamp(now),
+            client: bucket.client.map(|c| c.clone().into_owned()),
+            state,
+        };
+        // The bound is kept by the decision that follows (which reads this bucket first).
+        self.insert_absent(entry, now)
+    }
+
+    /// Whether `bucket` is held.
+    pub(crate) fn holds(&self, bucket: BucketRef<'_>) -> bool {
+        let hash = self.hasher.hash_one(bucket);
+        self.shard(hash).lock().contains(hash, bucket)
+    }
+}
+
+/// A bucket's state as words, with the nanoseconds until it will have refilled.
+pub(crate) type Exported = Option<(Layout, Vec<u64>, u64)>;
+
+/// `bucket` (whose hash is `hash`) out of `tables`, if held.
+fn exported(
+    tables: &super::tables::Tables,
+    hash: u64,
+    bucket: BucketRef<'_>,
+    now: u64,
+) -> Exported {
+    if let Some(ip) = compact_ip(bucket)
+        && let Some(compact) = tables.compact.find(hash, |c| c.is(bucket.rule, ip))
+    {
+        let entry = compact.to_entry();
+        let (layout, words) = layout_words(&entry.state);
+        return Some((layout, words, entry.state.refills_in(now)));
+    }
+    let entry = tables.general.find(hash, |e| e.bucket() == bucket)?;
+    let (layout, words) = layout_words(&entry.state);
+    Some((layout, words, entry.state.refills_in(now)))
+}
+
+/// A bucket's state as a snapshot (or the disk store) writes it.
+pub(crate) fn layout_words(state: &State) -> (Layout, Vec<u64>) {
+    match state {
+        State::One { tat, interval } => (Layout::One, vec![tat[0], *interval]),
+        State::Many(words) => (Layout::Many, words.to_vec()),
+        State::Discrete(words) => (Layout::Discrete, words.to_vec()),
+        State::Warm(words) => (Layout::Warm, words.to_vec()),
+        State::Log(log) => {
+            let mut words = Vec::with_capacity(1 + log.periods.len() + log.entries.len());
+            words.push(log.periods.len() as u64);
+            words.extend(log.periods.iter());
+            words.extend(log.entries.iter());
+            (Layout::Log, words)
+        }
+        State::Ring(rings) => {
+            let mut words = Vec::with_capacity(1 + 2 * rings.periods.len() + rings.words.len());
+            words.push(rings.periods.len() as u64);
+            for &(period, resolution) in &rings.periods {
+                words.extend([period, resolution]);
+            }
+            words.extend(rings.words.iter());
+            (Layout::Ring, words)
+        }
     }
 }
 
@@ -154,13 +244,19 @@ fn restored_state(rules: &RuleSet, key: &str, record: &Record) -> Option<(RuleId
     if !matches!(rule.limit(), Limit::Limited { .. }) || global != record.client.is_none() {
         return None;
     }
-    let state = match record.layout {
+    Some((rule.id(), state_from(record.layout, words)?))
+}
+
+/// The state stored `words` in `layout` stand for (a rule's bucket: not a caller-defined
+/// one), if they are well formed.
+fn state_from(layout: Layout, words: &[u64]) -> Option<State> {
+    let state = match layout {
         Layout::One => State::One {
             tat: [*words.first()?],
             interval: *words.get(1)?,
         },
-        Layout::Many => State::Many(words.clone().into_boxed_slice()),
-        Layout::Warm => State::Warm(Box::new(words.as_slice().try_into().ok()?)),
+        Layout::Many => State::Many(words.to_vec().into_boxed_slice()),
+        Layout::Warm => State::Warm(Box::new(<[u64; 4]>::try_from(words).ok()?)),
         Layout::Log => {
             let n = usize::try_from(*words.first()?).ok()?;
             let periods = words.get(1..=n)?;
@@ -199,5 +295,5 @@ fn restored_state(rules: &RuleSet, key: &str, record: &Record) -> Option<(RuleId
         }
         Layout::Discrete => return None,
     };
-    Some((rule.id(), state))
+    Some(state)
 }
