@@ -149,7 +149,8 @@ impl DiskStore {
                 reason: "backend = \"disk\" needs [store] path".to_owned(),
             });
         };
-        let latest = Arc::new(AtomicU64::new(now_nanos()));
+        // Only decision times move it: a store run on a fake clock keeps its buckets.
+        let latest = Arc::new(AtomicU64::new(0));
         let (db, buckets) = open_db(path, Arc::clone(&latest))?;
         let handles = parking_lot::RwLock::new(Some(Handles { db, buckets }));
         let memory = MemoryStore::new();
@@ -202,6 +203,21 @@ impl DiskStore {
             .map_or(0, |h| h.db.disk_space().unwrap_or(0))
     }
 
+    /// Compacts the whole store now (fjall compacts in the background by itself): what a
+    /// test or an operator freeing space asks for. Buckets refilled by the latest decision
+    /// time seen are dropped on the way.
+    pub fn compact(&self) -> Result<(), StoreError> {
+        let handles = self.inner.handles.read();
+        let Some(handles) = handles.as_ref() else {
+            return Ok(());
+        };
+        handles
+            .buckets
+            .rotate_memtable_and_wait()
+            .and_then(|()| handles.buckets.major_compact())
+            .map_err(|e| self.inner.fault(&e))
+    }
+
     /// Makes every write so far durable now.
     pub fn sync(&self) -> Result<(), StoreError> {
         self.inner
@@ -212,12 +228,6 @@ impl DiskStore {
     pub fn failing(&self) -> bool {
         self.inner.failing.load(Ordering::Relaxed)
     }
-}
-
-fn now_nanos() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 fn open_db(
@@ -673,6 +683,50 @@ mod tests {
         assert_eq!(check(&limits_two, "a"), 2, "and across a reopen");
         let _ = Quota::window;
         let _ = Client::Unknown;
+    }
+
+    #[test]
+    fn compaction_drops_refilled_buckets_without_a_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DiskStore::open(
+            &settings(dir.path(), DiskSync::Always, 100),
+            OnBackendError::Local,
+        )
+        .unwrap();
+        let clock = crate::clock::FakeClock::new();
+        let limits = crate::Limits::builder()
+            .store(store)
+            .clock(clock.clone())
+            .from_toml("[limits]\nshort = \"5/s\"\nlong = \"5/day\"\n")
+            .unwrap();
+        for i in 0..50 {
+            let short = format!("short/c{i}");
+            let long = format!("long/c{i}");
+            futures_ready(limits.check(&short, 1));
+            futures_ready(limits.check(&long, 1));
+        }
+        let disk = limits.store();
+        disk.compact().unwrap();
+        let before = disk
+            .inner
+            .handles
+            .read()
+            .as_ref()
+            .map(|h| h.buckets.len().unwrap())
+            .unwrap();
+        assert_eq!(before, 100);
+        // An hour on: the short buckets have refilled; the next decision tells the store so.
+        clock.advance(std::time::Duration::from_secs(3_600));
+        futures_ready(limits.check("long/c0", 1));
+        disk.compact().unwrap();
+        let after = disk
+            .inner
+            .handles
+            .read()
+            .as_ref()
+            .map(|h| h.buckets.len().unwrap())
+            .unwrap();
+        assert_eq!(after, 50, "the 50 refilled buckets went at compaction");
     }
 
     fn futures_ready<F: std::future::Future<Output = Result<Decision, StoreError>>>(
