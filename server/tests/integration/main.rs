@@ -15,6 +15,7 @@ mod config_files;
 mod container;
 mod disk;
 mod environment;
+mod faults;
 mod gateway;
 mod grpc;
 mod grpc_protos;

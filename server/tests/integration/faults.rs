@@ -1,0 +1,520 @@
+//! Faults, measured: real gateways and a real Redis, each in a network namespace this
+//! test creates (`ip netns`, a veth pair from each gateway to Redis, addresses inside the
+//! namespaces only), under paced load from inside each gateway's namespace, with a fault
+//! injected mid-run. Per fault × mode it measures what RELIABILITY.md publishes: admitted ÷
+//! allowed (the budget the rule allows over the run), requests wrongly refused, 5xx and
+//! timeouts, and the time from the fault's end until decisions are shared again (the
+//! gateway's fallback counter stops moving) — and asserts each mode's stated bound.
+//!
+//! `cargo test -p tollgate-server --test integration faults -- --nocapture` runs the short
+//! suite (what CI runs) and prints the table; `FAULTS=all` adds the rest.
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Requests a second each gateway offers, and the rule: 100 a second (burst 100) for the
+/// one client both gateways see.
+const OFFERED_PER_SECOND: u64 = 80;
+const RATE: u64 = 100;
+const RUN: Duration = Duration::from_secs(6);
+const FAULT_AT: Duration = Duration::from_secs(2);
+const FAULT_FOR: Duration = Duration::from_secs(2);
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether this process can make namespaces (root with iproute2); else a loud skip, or a
+/// failure under `CI=true`.
+fn can_run() -> bool {
+    let ok = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && std::fs::metadata("/proc/self/ns/net").is_ok()
+        && unsafe_free_is_root();
+    if !ok {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "the fault suite needs root and iproute2 (ip netns) under CI"
+        );
+        eprintln!("SKIPPED: the fault suite needs root and iproute2 (ip netns)");
+    }
+    ok && redis_server().is_some()
+}
+
+fn unsafe_free_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find(|line| line.starts_with("Uid:"))
+            .and_then(|line| line.split_whitespace().nth(1))
+            == Some("0")
+    })
+}
+
+fn redis_server() -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("redis-server"))
+            .find(|path| path.is_file())
+    });
+    if found.is_none() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "the fault suite needs redis-server under CI"
+        );
+        eprintln!("SKIPPED: the fault suite needs redis-server");
+    }
+    found
+}
+
+fn ip(args: &[&str]) {
+    let output = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        output.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A network namespace, deleted (with its links) on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new(name: String) -> Netns {
+        ip(&["netns", "add", &name]);
+        ip(&["-n", &name, "link", "set", "lo", "up"]);
+        Netns(name)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// Runs `f` on a thread inside namespace `ns` (a thread's network namespace is its own).
+fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap();
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+            .unwrap_or_else(|e| panic!("setns {path}: {e}"));
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+/// A child process killed on drop.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One Redis and `gateways` gateways, each gateway's namespace linked to Redis's by a
+/// veth pair (10.88.k.1 on Redis's side, 10.88.k.2 on the gateway's).
+struct Topology {
+    redis_ns: Netns,
+    gateway_ns: Vec<Netns>,
+    /// The gateway-side end of each gateway's link.
+    links: Vec<String>,
+    redis: Option<Process>,
+    gateways: Vec<Process>,
+    _dir: tempfile::TempDir,
+}
+
+impl Topology {
+    fn single(gateways: usize, store: &str) -> Topology {
+        let id = format!(
+            "{}{}",
+            std::process::id() % 10_000,
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let redis_ns = Netns::new(format!("tgf{id}r"));
+        let mut gateway_ns = Vec::new();
+        let mut links = Vec::new();
+        for k in 0..gateways {
+            let ns = Netns::new(format!("tgf{id}g{k}"));
+            let (near, far) = (format!("tf{id}r{k}"), format!("tf{id}g{k}"));
+            ip(&["link", "add", &near, "type", "veth", "peer", "name", &far]);
+            ip(&["link", "set", &near, "netns", &redis_ns.0]);
+            ip(&["link", "set", &far, "netns", &ns.0]);
+            let subnet = 10 + k;
+            ip(&[
+                "-n",
+                &redis_ns.0,
+                "addr",
+                "add",
+                &format!("10.88.{subnet}.1/30"),
+                "dev",
+                &near,
+            ]);
+            ip(&["-n", &redis_ns.0, "link", "set", &near, "up"]);
+            ip(&[
+                "-n",
+                &ns.0,
+                "addr",
+                "add",
+                &format!("10.88.{subnet}.2/30"),
+                "dev",
+                &far,
+            ]);
+            ip(&["-n", &ns.0, "link", "set", &far, "up"]);
+            gateway_ns.push(ns);
+            links.push(far);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut topology = Topology {
+            redis_ns,
+            gateway_ns,
+            links,
+            redis: None,
+            gateways: Vec::new(),
+            _dir: dir,
+        };
+        topology.start_redis();
+        for k in 0..gateways {
+            let config = topology._dir.path().join(format!("gateway{k}.toml"));
+            std::fs::write(
+                &config,
+                format!(
+                    "[client]\nsources = [\"header:x-api-key\"]\n\
+                     [store]\nbackend = \"redis\"\nurl = \"redis://10.88.{}.1:6379\"\ntimeout = \"50ms\"\n{store}\n\
+                     [limits]\n\"/\" = \"{RATE}/s\"\n",
+                    10 + k
+                ),
+            )
+            .unwrap();
+            let child = Command::new("ip")
+                .args(["netns", "exec", &topology.gateway_ns[k].0])
+                .arg(env!("CARGO_BIN_EXE_tollgate"))
+                .args(["--config", config.to_str().unwrap()])
+                .args(["--listen", "127.0.0.1:8080", "--admin", "127.0.0.1:9090"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            topology.gateways.push(Process(child));
+        }
+        for ns in &topology.gateway_ns {
+            let ns = ns.0.clone();
+            let up = in_ns(&ns, || {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while Instant::now() < deadline {
+                    if get("127.0.0.1:9090", "/readyz").is_some_and(|(s, _)| s == 200) {
+                        return true;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                false
+            });
+            assert!(up, "gateway in {ns} ready");
+        }
+        topology
+    }
+
+    fn start_redis(&mut self) {
+        let binary = redis_server().unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.redis_ns.0])
+            .arg(binary)
+            .args([
+                "--port",
+                "6379",
+                "--bind",
+                "0.0.0.0",
+                "--protected-mode",
+                "no",
+            ])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.redis = Some(Process(child));
+        let ns = self.redis_ns.0.clone();
+        let up = in_ns(&ns, || {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if TcpStream::connect("127.0.0.1:6379").is_ok() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            false
+        });
+        assert!(up, "redis in {ns} up");
+    }
+
+    /// Cuts (or restores) gateway `k`'s link to Redis: like a pulled cable, packets are
+    /// lost, nothing is refused.
+    fn link(&self, k: usize, up: bool) {
+        ip(&[
+            "-n",
+            &self.gateway_ns[k].0,
+            "link",
+            "set",
+            &self.links[k],
+            if up { "up" } else { "down" },
+        ]);
+    }
+}
+
+/// `GET path` from `address` in the calling thread's namespace: status and body.
+fn get(address: &str, path: &str) -> Option<(u16, String)> {
+    let address: SocketAddr = address.parse().ok()?;
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nx-api-key: shared\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    Some((status, body))
+}
+
+/// What one gateway's load saw: per request, when (since the run began) and the status
+/// (0: a timeout or a broken connection).
+type Seen = Vec<(Duration, u16)>;
+
+/// Paced load from inside `ns`: `OFFERED_PER_SECOND` requests a second for `RUN`.
+fn load(ns: String, began: Instant) -> std::thread::JoinHandle<Seen> {
+    std::thread::spawn(move || {
+        in_ns(&ns, move || {
+            let step = Duration::from_nanos(1_000_000_000 / OFFERED_PER_SECOND);
+            let mut seen = Vec::new();
+            let mut next = began;
+            while began.elapsed() < RUN && seen.len() < 10_000 {
+                if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                next += step;
+                let at = began.elapsed();
+                let status = get("127.0.0.1:8080", "/hello").map_or(0, |(status, _)| status);
+                seen.push((at, status));
+            }
+            seen
+        })
+    })
+}
+
+/// Gateway `k`'s `tollgate_backend_fallbacks_total`, polled from inside its namespace
+/// every 25 ms for the run: (since the run began, count).
+fn watch_fallbacks(ns: String, began: Instant) -> std::thread::JoinHandle<Vec<(Duration, f64)>> {
+    std::thread::spawn(move || {
+        in_ns(&ns, move || {
+            let mut samples = Vec::new();
+            while began.elapsed() < RUN + Duration::from_secs(1) {
+                let count = get("127.0.0.1:9090", "/metrics").and_then(|(_, body)| {
+                    body.lines()
+                        .find(|line| line.starts_with("tollgate_backend_fallbacks_total"))
+                        .and_then(|line| line.split_whitespace().last()?.parse().ok())
+                });
+                samples.push((began.elapsed(), count.unwrap_or(0.0)));
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            samples
+        })
+    })
+}
+
+/// One row of the table.
+#[derive(Debug)]
+struct Row {
+    fault: &'static str,
+    mode: &'static str,
+    offered: u64,
+    admitted: u64,
+    allowed: u64,
+    wrongly_refused: u64,
+    errors_5xx: u64,
+    timeouts: u64,
+    heal: Option<Duration>,
+    bound: String,
+    within: bool,
+}
+
+impl Row {
+    fn ratio(&self) -> f64 {
+        self.admitted as f64 / self.allowed as f64
+    }
+
+    fn print(&self) {
+        eprintln!(
+            "| {} | {} | {:.2} ({} of {}; {} offered) | {} | {} | {} | {} | {} |",
+            self.fault,
+            self.mode,
+            self.ratio(),
+            self.admitted,
+            self.allowed,
+            self.offered,
+            self.wrongly_refused,
+            self.errors_5xx,
+            self.timeouts,
+            self.heal
+                .map_or_else(|| "—".to_owned(), |d| format!("{} ms", d.as_millis())),
+            self.bound
+        );
+    }
+}
+
+/// Runs `fault` (injected at `FAULT_AT`, undone `FAULT_FOR` later) against two gateways
+/// in `mode`, and measures.
+fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
+    let mut topology = Topology::single(2, store);
+    let began = Instant::now() + Duration::from_millis(200);
+    let loads: Vec<_> = topology
+        .gateway_ns
+        .iter()
+        .map(|ns| load(ns.0.clone(), began))
+        .collect();
+    let watch = watch_fallbacks(topology.gateway_ns[0].0.clone(), began);
+    std::thread::sleep((began + FAULT_AT).saturating_duration_since(Instant::now()));
+    match fault {
+        "partition" => topology.link(0, false),
+        "restarted empty" => topology.redis = None,
+        _ => {} // none: the baseline
+    }
+    std::thread::sleep((began + FAULT_AT + FAULT_FOR).saturating_duration_since(Instant::now()));
+    let healed_at = began.elapsed();
+    match fault {
+        "partition" => topology.link(0, true),
+        "restarted empty" => topology.start_redis(),
+        _ => {}
+    }
+    let seen: Vec<Seen> = loads.into_iter().map(|l| l.join().unwrap()).collect();
+    let fallbacks = watch.join().unwrap();
+    let all: Vec<(Duration, u16)> = seen.into_iter().flatten().collect();
+    let offered = all.len() as u64;
+    let admitted = all.iter().filter(|(_, s)| *s == 200).count() as u64;
+    let errors_5xx = all.iter().filter(|(_, s)| *s >= 500).count() as u64;
+    let timeouts = all.iter().filter(|(_, s)| *s == 0).count() as u64;
+    // The budget over the run: a full burst, then the rate.
+    let allowed = RATE + RATE * RUN.as_secs();
+    let wrongly_refused = offered.min(allowed).saturating_sub(admitted);
+    // Healed: the last time the partitioned gateway's fallback counter moved.
+    let last_fallback = fallbacks
+        .windows(2)
+        .filter(|pair| pair[1].1 > pair[0].1)
+        .map(|pair| pair[1].0)
+        .next_back();
+    let heal = last_fallback
+        .filter(|at| *at >= healed_at)
+        .map(|at| at - healed_at)
+        .or(Some(Duration::ZERO).filter(|_| last_fallback.is_some()));
+    // The bounds are in the time the cut instance decides without Redis: the fault, and
+    // until it has healed (measured, and reported beside).
+    let cut = FAULT_FOR + heal.unwrap_or_default();
+    let cut_ms = u64::try_from(cut.as_millis()).unwrap_or(u64::MAX);
+    let partitioned_offered = (OFFERED_PER_SECOND * cut_ms).div_ceil(1_000);
+    let (bound, within) = match (fault, mode) {
+        ("partition", "local") => {
+            let extra = RATE + (RATE * cut_ms).div_ceil(1_000);
+            (
+                format!("≤ allowed + one instance's own budget while cut off ({extra})"),
+                admitted <= allowed + extra,
+            )
+        }
+        ("partition", "allow") => (
+            format!(
+                "≤ allowed + what the cut instance was offered while cut off ({partitioned_offered})"
+            ),
+            admitted <= allowed + partitioned_offered,
+        ),
+        ("partition", "deny") => (
+            format!(
+                "never over; wrongly refused ≤ what the cut instance was offered while cut off ({partitioned_offered})"
+            ),
+            admitted <= allowed && wrongly_refused <= partitioned_offered,
+        ),
+        ("partition", "hybrid") => {
+            let extra = RATE + (RATE * cut_ms).div_ceil(1_000);
+            (
+                format!("≤ allowed + one instance's own budget while cut off ({extra})"),
+                admitted <= allowed + extra,
+            )
+        }
+        ("restarted empty", _) => {
+            let extra = RATE + (RATE * cut_ms).div_ceil(1_000);
+            (
+                format!(
+                    "≤ allowed + one burst lost with the data + the fallback's own budget while down ({})",
+                    extra + RATE
+                ),
+                admitted <= allowed + extra + RATE,
+            )
+        }
+        ("none", _) => (
+            "≤ allowed (no fault: the baseline)".to_owned(),
+            admitted <= allowed,
+        ),
+        _ => (String::new(), true),
+    };
+    Row {
+        fault,
+        mode,
+        offered,
+        admitted,
+        allowed,
+        wrongly_refused,
+        errors_5xx,
+        timeouts,
+        heal,
+        bound,
+        within,
+    }
+}
+
+fn print_header() {
+    eprintln!(
+        "| fault | mode | admitted ÷ allowed | wrongly refused | 5xx | timeouts | heal | bound |"
+    );
+    eprintln!("|---|---|---|---|---|---|---|---|");
+}
+
+#[test]
+fn faults_against_a_single_redis_stay_within_each_modes_bound() {
+    if !can_run() {
+        return;
+    }
+    let mut cases: Vec<(&str, &str, &str)> = vec![
+        ("partition", "local", "on_backend_error = \"local\""),
+        ("partition", "allow", "on_backend_error = \"allow\""),
+        ("partition", "deny", "on_backend_error = \"deny\""),
+        ("partition", "hybrid", "sync = \"local\""),
+    ];
+    if std::env::var("FAULTS").as_deref() == Ok("all") {
+        cases.extend([
+            ("none", "remote", ""),
+            ("none", "hybrid", "sync = \"local\""),
+            ("restarted empty", "local", "on_backend_error = \"local\""),
+            ("restarted empty", "hybrid", "sync = \"local\""),
+        ]);
+    }
+    let rows: Vec<Row> = cases
+        .into_iter()
+        .map(|(fault, mode, store)| measure(fault, mode, store))
+        .collect();
+    print_header();
+    for row in &rows {
+        row.print();
+    }
+    for row in &rows {
+        assert!(row.within, "{row:?}");
+        assert_eq!(row.errors_5xx, 0, "a failing store is never a 5xx: {row:?}");
+    }
+}
