@@ -121,6 +121,82 @@ impl Drop for Process {
     }
 }
 
+/// A TCP relay in Redis's namespace, in front of Redis for gateway 0: it holds each reply
+/// back by `delay_ms` — a stand-in for added latency and stalls, as this kernel has no
+/// `tc netem`. Stops with the test (its threads end when their connections do).
+struct Relay {
+    delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Relay {
+    /// Listens on `0.0.0.0:6380` in `ns`, relaying to `127.0.0.1:6379` there.
+    fn start(ns: &str) -> Relay {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (delay, stopped) = (Arc::clone(&delay_ms), Arc::clone(&stop));
+        let path = format!("/var/run/netns/{ns}");
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).unwrap();
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            let listener = std::net::TcpListener::bind("0.0.0.0:6380").unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let _ = ready_tx.send(());
+            while !stopped.load(Ordering::Relaxed) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let _ = client.set_nonblocking(false);
+                let Ok(server) = TcpStream::connect("127.0.0.1:6379") else {
+                    continue;
+                };
+                let (mut up_from, mut up_to) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut up_from, &mut up_to);
+                    let _ = up_to.shutdown(std::net::Shutdown::Both);
+                });
+                let (mut down_from, mut down_to) = (server, client);
+                let delay = Arc::clone(&delay);
+                std::thread::spawn(move || {
+                    let mut buffer = [0u8; 16 * 1024];
+                    loop {
+                        let n = match down_from.read(&mut buffer) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let hold = delay.load(Ordering::Relaxed);
+                        if hold > 0 {
+                            std::thread::sleep(Duration::from_millis(hold));
+                        }
+                        if down_to.write_all(&buffer[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = down_to.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        ready_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        Relay { delay_ms, stop }
+    }
+
+    fn hold(&self, ms: u64) {
+        self.delay_ms.store(ms, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.delay_ms.store(0, Ordering::Relaxed);
+    }
+}
+
 /// One Redis and `gateways` gateways, each gateway's namespace linked to Redis's by a
 /// veth pair (10.88.k.1 on Redis's side, 10.88.k.2 on the gateway's).
 struct Topology {
@@ -129,12 +205,14 @@ struct Topology {
     /// The gateway-side end of each gateway's link.
     links: Vec<String>,
     redis: Option<Process>,
+    /// In front of Redis for gateway 0, when the fault needs one.
+    relay: Option<Relay>,
     gateways: Vec<Process>,
     _dir: tempfile::TempDir,
 }
 
 impl Topology {
-    fn single(gateways: usize, store: &str) -> Topology {
+    fn single(gateways: usize, store: &str, relayed: bool) -> Topology {
         let id = format!(
             "{}{}",
             std::process::id() % 10_000,
@@ -179,19 +257,24 @@ impl Topology {
             gateway_ns,
             links,
             redis: None,
+            relay: None,
             gateways: Vec::new(),
             _dir: dir,
         };
         topology.start_redis();
+        if relayed {
+            topology.relay = Some(Relay::start(&topology.redis_ns.0));
+        }
         for k in 0..gateways {
             let config = topology._dir.path().join(format!("gateway{k}.toml"));
             std::fs::write(
                 &config,
                 format!(
                     "[client]\nsources = [\"header:x-api-key\"]\n\
-                     [store]\nbackend = \"redis\"\nurl = \"redis://10.88.{}.1:6379\"\ntimeout = \"50ms\"\n{store}\n\
+                     [store]\nbackend = \"redis\"\nurl = \"redis://10.88.{}.1:{}\"\ntimeout = \"50ms\"\n{store}\n\
                      [limits]\n\"/\" = \"{RATE}/s\"\n",
-                    10 + k
+                    10 + k,
+                    if relayed && k == 0 { 6380 } else { 6379 }
                 ),
             )
             .unwrap();
@@ -375,7 +458,8 @@ impl Row {
 /// Runs `fault` (injected at `FAULT_AT`, undone `FAULT_FOR` later) against two gateways
 /// in `mode`, and measures.
 fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
-    let mut topology = Topology::single(2, store);
+    let relayed = matches!(fault, "slow" | "stalled");
+    let mut topology = Topology::single(2, store, relayed);
     let began = Instant::now() + Duration::from_millis(200);
     let loads: Vec<_> = topology
         .gateway_ns
@@ -387,6 +471,9 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
     match fault {
         "partition" => topology.link(0, false),
         "restarted empty" => topology.redis = None,
+        // Every reply to gateway 0 held 100 ms (twice its timeout), or 3 s.
+        "slow" => topology.relay.as_ref().map_or((), |r| r.hold(100)),
+        "stalled" => topology.relay.as_ref().map_or((), |r| r.hold(3_000)),
         _ => {} // none: the baseline
     }
     std::thread::sleep((began + FAULT_AT + FAULT_FOR).saturating_duration_since(Instant::now()));
@@ -394,6 +481,7 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
     match fault {
         "partition" => topology.link(0, true),
         "restarted empty" => topology.start_redis(),
+        "slow" | "stalled" => topology.relay.as_ref().map_or((), |r| r.hold(0)),
         _ => {}
     }
     let seen: Vec<Seen> = loads.into_iter().map(|l| l.join().unwrap()).collect();
@@ -422,7 +510,7 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
     let cut_ms = u64::try_from(cut.as_millis()).unwrap_or(u64::MAX);
     let partitioned_offered = (OFFERED_PER_SECOND * cut_ms).div_ceil(1_000);
     let (bound, within) = match (fault, mode) {
-        ("partition", "local") => {
+        ("partition" | "slow" | "stalled", "local") => {
             let extra = RATE + (RATE * cut_ms).div_ceil(1_000);
             (
                 format!("≤ allowed + one instance's own budget while cut off ({extra})"),
@@ -435,13 +523,13 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
             ),
             admitted <= allowed + partitioned_offered,
         ),
-        ("partition", "deny") => (
+        ("partition" | "slow" | "stalled", "deny") => (
             format!(
                 "never over; wrongly refused ≤ what the cut instance was offered while cut off ({partitioned_offered})"
             ),
             admitted <= allowed && wrongly_refused <= partitioned_offered,
         ),
-        ("partition", "hybrid") => {
+        ("partition" | "slow" | "stalled", "hybrid") => {
             let extra = RATE + (RATE * cut_ms).div_ceil(1_000);
             (
                 format!("≤ allowed + one instance's own budget while cut off ({extra})"),
@@ -501,6 +589,11 @@ fn faults_against_a_single_redis_stay_within_each_modes_bound() {
         cases.extend([
             ("none", "remote", ""),
             ("none", "hybrid", "sync = \"local\""),
+            ("slow", "local", "on_backend_error = \"local\""),
+            ("slow", "deny", "on_backend_error = \"deny\""),
+            ("slow", "hybrid", "sync = \"local\""),
+            ("stalled", "local", "on_backend_error = \"local\""),
+            ("stalled", "hybrid", "sync = \"local\""),
             ("restarted empty", "local", "on_backend_error = \"local\""),
             ("restarted empty", "hybrid", "sync = \"local\""),
         ]);
