@@ -611,3 +611,165 @@ fn faults_against_a_single_redis_stay_within_each_modes_bound() {
         assert_eq!(row.errors_5xx, 0, "a failing store is never a 5xx: {row:?}");
     }
 }
+
+/// A config repository: `GET /rules.toml` answers the text of the moment, from a thread in
+/// namespace `ns` on `0.0.0.0:8088`.
+struct Repository {
+    text: std::sync::Arc<parking_lot::Mutex<String>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Repository {
+    fn start(ns: &str, text: &str) -> Repository {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let text = Arc::new(parking_lot::Mutex::new(text.to_owned()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (served, stopped) = (Arc::clone(&text), Arc::clone(&stop));
+        let path = format!("/var/run/netns/{ns}");
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).unwrap();
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+            let listener = std::net::TcpListener::bind("0.0.0.0:8088").unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let _ = ready_tx.send(());
+            while !stopped.load(Ordering::Relaxed) {
+                let Ok((mut client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let _ = client.set_nonblocking(false);
+                let _ = client.set_read_timeout(Some(Duration::from_secs(1)));
+                let mut request = [0u8; 4096];
+                let _ = client.read(&mut request);
+                let body = served.lock().clone();
+                let _ = write!(
+                    client,
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        ready_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        Repository { text, stop }
+    }
+}
+
+impl Drop for Repository {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The generation of the config gateway `ns` has in force (from `/config`).
+fn generation(ns: &str) -> Option<u64> {
+    let ns = ns.to_owned();
+    in_ns(&ns, || {
+        let (_, body) = get("127.0.0.1:9090", "/config")?;
+        let value: serde_json::Value = serde_json::from_str(&body).ok()?;
+        value["generation"].as_u64()
+    })
+}
+
+#[test]
+fn a_gateway_cut_off_from_its_config_repository_keeps_its_rules_and_catches_up() {
+    if !can_run() {
+        return;
+    }
+    let id = format!(
+        "{}{}",
+        std::process::id() % 10_000,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let repo_ns = Netns::new(format!("tgf{id}c"));
+    let gateway_ns = Netns::new(format!("tgf{id}w"));
+    let (near, far) = (format!("tf{id}c"), format!("tf{id}w"));
+    ip(&["link", "add", &near, "type", "veth", "peer", "name", &far]);
+    ip(&["link", "set", &near, "netns", &repo_ns.0]);
+    ip(&["link", "set", &far, "netns", &gateway_ns.0]);
+    ip(&[
+        "-n",
+        &repo_ns.0,
+        "addr",
+        "add",
+        "10.89.0.1/30",
+        "dev",
+        &near,
+    ]);
+    ip(&["-n", &repo_ns.0, "link", "set", &near, "up"]);
+    ip(&[
+        "-n",
+        &gateway_ns.0,
+        "addr",
+        "add",
+        "10.89.0.2/30",
+        "dev",
+        &far,
+    ]);
+    ip(&["-n", &gateway_ns.0, "link", "set", &far, "up"]);
+    let repository = Repository::start(&repo_ns.0, "[limits]\n\"/\" = \"100/s\"\n");
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("local.toml");
+    std::fs::write(&local, "[reload]\npoll_interval = \"200ms\"\n").unwrap();
+    let _gateway = Process(
+        Command::new("ip")
+            .args(["netns", "exec", &gateway_ns.0])
+            .arg(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["--config", "http://10.89.0.1:8088/rules.toml"])
+            .args(["--config", local.to_str().unwrap()])
+            .args(["--listen", "127.0.0.1:8080", "--admin", "127.0.0.1:9090"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while generation(&gateway_ns.0).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway starts from the repository"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let before = generation(&gateway_ns.0).unwrap();
+    // Cut off, then the config changes; the gateway keeps serving its last good rules.
+    ip(&["-n", &gateway_ns.0, "link", "set", &far, "down"]);
+    *repository.text.lock() = "[limits]\n\"/\" = \"50/s\"\n".to_owned();
+    let cut = Instant::now();
+    let mut served = 0;
+    while cut.elapsed() < Duration::from_secs(2) {
+        let ns = gateway_ns.0.clone();
+        let status = in_ns(&ns, || get("127.0.0.1:8080", "/hello").map(|(s, _)| s));
+        assert_eq!(status, Some(200), "the last good rules keep serving");
+        served += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        generation(&gateway_ns.0),
+        Some(before),
+        "nothing applied while cut off"
+    );
+    // Healed: how long until the new config is in force (polls back off while failing).
+    ip(&["-n", &gateway_ns.0, "link", "set", &far, "up"]);
+    let healed = Instant::now();
+    let deadline = healed + Duration::from_secs(30);
+    while generation(&gateway_ns.0) == Some(before) {
+        assert!(
+            Instant::now() < deadline,
+            "the change arrives after the partition"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let caught_up = healed.elapsed();
+    eprintln!(
+        "| config repository partitioned for 2 s while the config changed | poll_interval 200ms | {served} requests served, 0 failed | caught up {} ms after the partition ended |",
+        caught_up.as_millis()
+    );
+    // Failed polls back off (doubling from 200 ms): after 2 s cut off the next poll is due
+    // within about 1.6 s, plus the poll itself.
+    assert!(
+        caught_up < Duration::from_secs(5),
+        "caught up in {caught_up:?}"
+    );
+}
