@@ -31,5 +31,6 @@ mod remote_config;
 mod resolution;
 mod settle;
 mod shaping;
+mod skew;
 mod snapshots;
 mod support;
