@@ -22,6 +22,8 @@ const RATE: u64 = 100;
 const RUN: Duration = Duration::from_secs(6);
 const FAULT_AT: Duration = Duration::from_secs(2);
 const FAULT_FOR: Duration = Duration::from_secs(2);
+/// The name the sentinel monitors the master under.
+const MASTER: &str = "tollgate";
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -130,7 +132,7 @@ struct Relay {
 }
 
 impl Relay {
-    /// Listens on `0.0.0.0:6380` in `ns`, relaying to `127.0.0.1:6379` there.
+    /// Listens on `0.0.0.0:6390` in `ns`, relaying to `127.0.0.1:6379` there.
     fn start(ns: &str) -> Relay {
         use std::sync::Arc;
         use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -142,7 +144,7 @@ impl Relay {
         std::thread::spawn(move || {
             let file = std::fs::File::open(&path).unwrap();
             nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            let listener = std::net::TcpListener::bind("0.0.0.0:6380").unwrap();
+            let listener = std::net::TcpListener::bind("0.0.0.0:6390").unwrap();
             listener.set_nonblocking(true).unwrap();
             let _ = ready_tx.send(());
             while !stopped.load(Ordering::Relaxed) {
@@ -205,6 +207,8 @@ struct Topology {
     /// The gateway-side end of each gateway's link.
     links: Vec<String>,
     redis: Option<Process>,
+    /// With a sentinel: the replica and the sentinel.
+    watchers: Vec<Process>,
     /// In front of Redis for gateway 0, when the fault needs one.
     relay: Option<Relay>,
     gateways: Vec<Process>,
@@ -213,6 +217,16 @@ struct Topology {
 
 impl Topology {
     fn single(gateways: usize, store: &str, relayed: bool) -> Topology {
+        Topology::make(gateways, store, relayed, false)
+    }
+
+    /// The same with a replica of Redis and a sentinel watching both, in Redis's
+    /// namespace; the gateways find the master through the sentinel.
+    fn sentinel(gateways: usize, store: &str) -> Topology {
+        Topology::make(gateways, store, false, true)
+    }
+
+    fn make(gateways: usize, store: &str, relayed: bool, sentinel: bool) -> Topology {
         let id = format!(
             "{}{}",
             std::process::id() % 10_000,
@@ -227,26 +241,25 @@ impl Topology {
             ip(&["link", "add", &near, "type", "veth", "peer", "name", &far]);
             ip(&["link", "set", &near, "netns", &redis_ns.0]);
             ip(&["link", "set", &far, "netns", &ns.0]);
-            let subnet = 10 + k;
-            ip(&[
-                "-n",
-                &redis_ns.0,
-                "addr",
-                "add",
-                &format!("10.88.{subnet}.1/30"),
-                "dev",
-                &near,
-            ]);
+            if k == 0 {
+                // One bridge in Redis's namespace joins every gateway's link, so Redis (and
+                // what a sentinel announces) has one address every gateway reaches.
+                ip(&["-n", &redis_ns.0, "link", "add", "br0", "type", "bridge"]);
+                ip(&[
+                    "-n",
+                    &redis_ns.0,
+                    "addr",
+                    "add",
+                    "10.88.0.1/24",
+                    "dev",
+                    "br0",
+                ]);
+                ip(&["-n", &redis_ns.0, "link", "set", "br0", "up"]);
+            }
+            ip(&["-n", &redis_ns.0, "link", "set", &near, "master", "br0"]);
             ip(&["-n", &redis_ns.0, "link", "set", &near, "up"]);
-            ip(&[
-                "-n",
-                &ns.0,
-                "addr",
-                "add",
-                &format!("10.88.{subnet}.2/30"),
-                "dev",
-                &far,
-            ]);
+            let address = format!("10.88.0.{}/24", 10 + k);
+            ip(&["-n", &ns.0, "addr", "add", &address, "dev", &far]);
             ip(&["-n", &ns.0, "link", "set", &far, "up"]);
             gateway_ns.push(ns);
             links.push(far);
@@ -257,6 +270,7 @@ impl Topology {
             gateway_ns,
             links,
             redis: None,
+            watchers: Vec::new(),
             relay: None,
             gateways: Vec::new(),
             _dir: dir,
@@ -265,16 +279,27 @@ impl Topology {
         if relayed {
             topology.relay = Some(Relay::start(&topology.redis_ns.0));
         }
+        if sentinel {
+            topology.start_sentinel();
+        }
         for k in 0..gateways {
             let config = topology._dir.path().join(format!("gateway{k}.toml"));
             std::fs::write(
                 &config,
                 format!(
                     "[client]\nsources = [\"header:x-api-key\"]\n\
-                     [store]\nbackend = \"redis\"\nurl = \"redis://10.88.{}.1:{}\"\ntimeout = \"50ms\"\n{store}\n\
+                     [store]\ntimeout = \"50ms\"\n{}\n{store}\n\
                      [limits]\n\"/\" = \"{RATE}/s\"\n",
-                    10 + k,
-                    if relayed && k == 0 { 6380 } else { 6379 }
+                    if sentinel {
+                        format!(
+                            "backend = \"redis-sentinel\"\nsentinels = [\"redis://10.88.0.1:26379\"]\nmaster_name = \"{MASTER}\""
+                        )
+                    } else {
+                        format!(
+                            "backend = \"redis\"\nurl = \"redis://10.88.0.1:{}\"",
+                            if relayed && k == 0 { 6390 } else { 6379 }
+                        )
+                    }
                 ),
             )
             .unwrap();
@@ -337,6 +362,78 @@ impl Topology {
             false
         });
         assert!(up, "redis in {ns} up");
+    }
+
+    /// A replica of the master on port 6380 and a sentinel on 26379 watching it, waiting
+    /// until the sentinel knows the replica.
+    fn start_sentinel(&mut self) {
+        let binary = redis_server().unwrap();
+        let replica = Command::new("ip")
+            .args(["netns", "exec", &self.redis_ns.0])
+            .arg(&binary)
+            .args([
+                "--port",
+                "6380",
+                "--bind",
+                "0.0.0.0",
+                "--protected-mode",
+                "no",
+            ])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--replicaof", "10.88.0.1", "6379"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.watchers.push(Process(replica));
+        let config = self._dir.path().join("sentinel.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "port 26379\nbind 0.0.0.0\nprotected-mode no\ndaemonize no\n\
+                 sentinel monitor {MASTER} 10.88.0.1 6379 1\n\
+                 sentinel down-after-milliseconds {MASTER} 500\n\
+                 sentinel failover-timeout {MASTER} 2000\n"
+            ),
+        )
+        .unwrap();
+        let sentinel = Command::new("ip")
+            .args(["netns", "exec", &self.redis_ns.0])
+            .arg(&binary)
+            .arg(&config)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.watchers.push(Process(sentinel));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self
+            .sentinel_says(&format!("SENTINEL REPLICAS {MASTER}"))
+            .contains("10.88.0.1")
+        {
+            assert!(Instant::now() < deadline, "the sentinel learns the replica");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A sentinel command's reply, from inside Redis's namespace.
+    fn sentinel_says(&self, command: &str) -> String {
+        let output = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.redis_ns.0,
+                "redis-cli",
+                "-p",
+                "26379",
+            ])
+            .args(command.split_whitespace())
+            .output();
+        output.map_or_else(
+            |_| String::new(),
+            |o| String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
     }
 
     /// Cuts (or restores) gateway `k`'s link to Redis: like a pulled cable, packets are
@@ -459,7 +556,11 @@ impl Row {
 /// in `mode`, and measures.
 fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
     let relayed = matches!(fault, "slow" | "stalled");
-    let mut topology = Topology::single(2, store, relayed);
+    let mut topology = if matches!(fault, "sentinel failover" | "master killed") {
+        Topology::sentinel(2, store)
+    } else {
+        Topology::single(2, store, relayed)
+    };
     let began = Instant::now() + Duration::from_millis(200);
     let loads: Vec<_> = topology
         .gateway_ns
@@ -473,11 +574,23 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
         "restarted empty" => topology.redis = None,
         // Every reply to gateway 0 held 100 ms (twice its timeout), or 3 s.
         "slow" => topology.relay.as_ref().map_or((), |r| r.hold(100)),
+        "sentinel failover" => {
+            let said = topology.sentinel_says(&format!("SENTINEL FAILOVER {MASTER}"));
+            assert!(said.contains("OK"), "the sentinel fails over: {said}");
+        }
+        // SIGKILL to the master: the sentinel promotes the replica after 500 ms down.
+        "master killed" => topology.redis = None,
         "stalled" => topology.relay.as_ref().map_or((), |r| r.hold(3_000)),
         _ => {} // none: the baseline
     }
     std::thread::sleep((began + FAULT_AT + FAULT_FOR).saturating_duration_since(Instant::now()));
-    let healed_at = began.elapsed();
+    // A failover is not undone: it has healed once the new master answers, counted from
+    // when it began.
+    let healed_at = if matches!(fault, "sentinel failover" | "master killed") {
+        FAULT_AT
+    } else {
+        began.elapsed()
+    };
     match fault {
         "partition" => topology.link(0, true),
         "restarted empty" => topology.start_redis(),
@@ -546,6 +659,17 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
                 admitted <= allowed + extra + RATE,
             )
         }
+        ("sentinel failover" | "master killed", _) => {
+            // Replication is asynchronous: what the old master took and had not sent on
+            // is lost, as is any budget spent by the fallback while the new one is found.
+            let extra = 2 * (RATE + (RATE * cut_ms).div_ceil(1_000));
+            (
+                format!(
+                    "≤ allowed + each instance's own budget until the new master answers ({extra})"
+                ),
+                admitted <= allowed + extra,
+            )
+        }
         ("none", _) => (
             "≤ allowed (no fault: the baseline)".to_owned(),
             admitted <= allowed,
@@ -589,6 +713,9 @@ fn faults_against_a_single_redis_stay_within_each_modes_bound() {
         cases.extend([
             ("none", "remote", ""),
             ("none", "hybrid", "sync = \"local\""),
+            ("sentinel failover", "local", "on_backend_error = \"local\""),
+            ("master killed", "local", "on_backend_error = \"local\""),
+            ("master killed", "deny", "on_backend_error = \"deny\""),
             ("slow", "local", "on_backend_error = \"local\""),
             ("slow", "deny", "on_backend_error = \"deny\""),
             ("slow", "hybrid", "sync = \"local\""),
