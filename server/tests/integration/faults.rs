@@ -7,7 +7,8 @@
 //! gateway's fallback counter stops moving) — and asserts each mode's stated bound.
 //!
 //! `cargo test -p tollgate-server --test integration faults -- --nocapture` runs the short
-//! suite (what CI runs) and prints the table; `FAULTS=all` adds the rest.
+//! suite (what CI runs) and prints the table; `FAULTS=all` adds the rest, and
+//! `FAULTS="<fault>"` runs that fault's rows alone.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -123,6 +124,16 @@ impl Drop for Process {
     }
 }
 
+/// What stands behind the gateways.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Single,
+    /// A single Redis, gateway 0 reaching it through a [`Relay`].
+    Relayed,
+    Sentinel,
+    Cluster,
+}
+
 /// A TCP relay in Redis's namespace, in front of Redis for gateway 0: it holds each reply
 /// back by `delay_ms` — a stand-in for added latency and stalls, as this kernel has no
 /// `tc netem`. Stops with the test (its threads end when their connections do).
@@ -226,7 +237,23 @@ impl Topology {
         Topology::make(gateways, store, false, true)
     }
 
+    /// The same with a 3×2 Redis Cluster (ports 7000–7005) in Redis's namespace in place
+    /// of the single Redis.
+    fn cluster(gateways: usize, store: &str) -> Topology {
+        Topology::make_with(gateways, store, Shape::Cluster)
+    }
+
     fn make(gateways: usize, store: &str, relayed: bool, sentinel: bool) -> Topology {
+        let shape = match (relayed, sentinel) {
+            (_, true) => Shape::Sentinel,
+            (true, _) => Shape::Relayed,
+            _ => Shape::Single,
+        };
+        Topology::make_with(gateways, store, shape)
+    }
+
+    fn make_with(gateways: usize, store: &str, shape: Shape) -> Topology {
+        let (relayed, sentinel) = (shape == Shape::Relayed, shape == Shape::Sentinel);
         let id = format!(
             "{}{}",
             std::process::id() % 10_000,
@@ -275,7 +302,11 @@ impl Topology {
             gateways: Vec::new(),
             _dir: dir,
         };
-        topology.start_redis();
+        if shape == Shape::Cluster {
+            topology.start_cluster();
+        } else {
+            topology.start_redis();
+        }
         if relayed {
             topology.relay = Some(Relay::start(&topology.redis_ns.0));
         }
@@ -290,7 +321,12 @@ impl Topology {
                     "[client]\nsources = [\"header:x-api-key\"]\n\
                      [store]\ntimeout = \"50ms\"\n{}\n{store}\n\
                      [limits]\n\"/\" = \"{RATE}/s\"\n",
-                    if sentinel {
+                    if shape == Shape::Cluster {
+                        let nodes: Vec<String> = (7000..7006)
+                            .map(|port| format!("\"redis://10.88.0.1:{port}\""))
+                            .collect();
+                        format!("backend = \"redis-cluster\"\nurl = [{}]", nodes.join(", "))
+                    } else if sentinel {
                         format!(
                             "backend = \"redis-sentinel\"\nsentinels = [\"redis://10.88.0.1:26379\"]\nmaster_name = \"{MASTER}\""
                         )
@@ -414,6 +450,118 @@ impl Topology {
         {
             assert!(Instant::now() < deadline, "the sentinel learns the replica");
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Six cluster nodes on 7000–7005, joined as three masters with a replica each
+    /// (`cluster-node-timeout` 1 s), waiting until every node sees the cluster ok.
+    fn start_cluster(&mut self) {
+        let binary = redis_server().unwrap();
+        for port in 7000..7006 {
+            let dir = self._dir.path().join(format!("node{port}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let node = Command::new("ip")
+                .args(["netns", "exec", &self.redis_ns.0])
+                .arg(&binary)
+                .args(["--port", &port.to_string(), "--bind", "0.0.0.0"])
+                .args(["--protected-mode", "no", "--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-node-timeout", "1000"])
+                .args([
+                    "--dir",
+                    dir.to_str().unwrap(),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            self.watchers.push(Process(node));
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while (7000..7006).any(|port| self.cli(port, "PING").trim() != "PONG") {
+            assert!(Instant::now() < deadline, "the cluster's nodes answer");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let nodes: Vec<String> = (7000..7006)
+            .map(|port| format!("10.88.0.1:{port}"))
+            .collect();
+        let created = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.redis_ns.0,
+                "timeout",
+                "60",
+                "redis-cli",
+            ])
+            .args(["--cluster", "create"])
+            .args(&nodes)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .unwrap();
+        assert!(created.status.success(), "redis-cli --cluster create");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !(7000..7006).all(|port| {
+            self.cli(port, "CLUSTER INFO").contains("cluster_state:ok")
+                && (self.cli(port, "INFO replication").contains("role:master")
+                    || self
+                        .cli(port, "INFO replication")
+                        .contains("master_link_status:up"))
+        }) {
+            assert!(Instant::now() < deadline, "the cluster comes up");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A command's reply from the node on `port`, from inside Redis's namespace.
+    fn cli(&self, port: u16, command: &str) -> String {
+        let output = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.redis_ns.0,
+                "redis-cli",
+                "-p",
+                &port.to_string(),
+            ])
+            .args(command.split_whitespace())
+            .output();
+        output.map_or_else(
+            |_| String::new(),
+            |o| String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    }
+
+    /// Kills the cluster master serving the shared client's bucket.
+    fn kill_bucket_master(&mut self) {
+        let slot: u16 = self
+            .cli(7000, "CLUSTER KEYSLOT tollgate:{/shared}c")
+            .trim()
+            .parse()
+            .unwrap();
+        let nodes = self.cli(7000, "CLUSTER NODES");
+        let port = nodes
+            .lines()
+            .filter(|line| line.contains("master"))
+            .find(|line| {
+                line.split_whitespace().skip(8).any(|range| {
+                    let (low, high) = range.split_once('-').unwrap_or((range, range));
+                    matches!((low.parse::<u16>(), high.parse::<u16>()), (Ok(l), Ok(h)) if (l..=h).contains(&slot))
+                })
+            })
+            .and_then(|line| line.split_whitespace().nth(1))
+            .and_then(|address| address.split(['@', ':']).nth(1))
+            .and_then(|port| port.parse::<u16>().ok())
+            .expect("the bucket's master");
+        // The node processes were started in port order.
+        let at = usize::from(port - 7000);
+        if let Some(node) = self.watchers.get_mut(at) {
+            let _ = node.0.kill();
+            let _ = node.0.wait();
         }
     }
 
@@ -558,6 +706,8 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
     let relayed = matches!(fault, "slow" | "stalled");
     let mut topology = if matches!(fault, "sentinel failover" | "master killed") {
         Topology::sentinel(2, store)
+    } else if fault == "cluster master killed" {
+        Topology::cluster(2, store)
     } else {
         Topology::single(2, store, relayed)
     };
@@ -580,13 +730,19 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
         }
         // SIGKILL to the master: the sentinel promotes the replica after 500 ms down.
         "master killed" => topology.redis = None,
+        // SIGKILL to the master of the bucket's slot: its replica takes over after the
+        // 1 s node timeout.
+        "cluster master killed" => topology.kill_bucket_master(),
         "stalled" => topology.relay.as_ref().map_or((), |r| r.hold(3_000)),
         _ => {} // none: the baseline
     }
     std::thread::sleep((began + FAULT_AT + FAULT_FOR).saturating_duration_since(Instant::now()));
     // A failover is not undone: it has healed once the new master answers, counted from
     // when it began.
-    let healed_at = if matches!(fault, "sentinel failover" | "master killed") {
+    let healed_at = if matches!(
+        fault,
+        "sentinel failover" | "master killed" | "cluster master killed"
+    ) {
         FAULT_AT
     } else {
         began.elapsed()
@@ -659,7 +815,7 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
                 admitted <= allowed + extra + RATE,
             )
         }
-        ("sentinel failover" | "master killed", _) => {
+        ("sentinel failover" | "master killed" | "cluster master killed", _) => {
             // Replication is asynchronous: what the old master took and had not sent on
             // is lost, as is any budget spent by the fallback while the new one is found.
             let extra = 2 * (RATE + (RATE * cut_ms).div_ceil(1_000));
@@ -709,13 +865,19 @@ fn faults_against_a_single_redis_stay_within_each_modes_bound() {
         ("partition", "deny", "on_backend_error = \"deny\""),
         ("partition", "hybrid", "sync = \"local\""),
     ];
-    if std::env::var("FAULTS").as_deref() == Ok("all") {
+    let wanted = std::env::var("FAULTS").ok();
+    if wanted.is_some() {
         cases.extend([
             ("none", "remote", ""),
             ("none", "hybrid", "sync = \"local\""),
             ("sentinel failover", "local", "on_backend_error = \"local\""),
             ("master killed", "local", "on_backend_error = \"local\""),
             ("master killed", "deny", "on_backend_error = \"deny\""),
+            (
+                "cluster master killed",
+                "local",
+                "on_backend_error = \"local\"",
+            ),
             ("slow", "local", "on_backend_error = \"local\""),
             ("slow", "deny", "on_backend_error = \"deny\""),
             ("slow", "hybrid", "sync = \"local\""),
@@ -724,6 +886,10 @@ fn faults_against_a_single_redis_stay_within_each_modes_bound() {
             ("restarted empty", "local", "on_backend_error = \"local\""),
             ("restarted empty", "hybrid", "sync = \"local\""),
         ]);
+    }
+    // FAULTS=all: every row; FAULTS=<fault>: that fault's rows alone.
+    if let Some(only) = wanted.filter(|w| w != "all") {
+        cases.retain(|(fault, _, _)| *fault == only);
     }
     let rows: Vec<Row> = cases
         .into_iter()
