@@ -538,6 +538,17 @@ impl Topology {
 
     /// Kills the cluster master serving the shared client's bucket.
     fn kill_bucket_master(&mut self) {
+        self.kill_master(true);
+    }
+
+    /// Kills a cluster master that does not serve the shared client's bucket: its
+    /// decisions should not notice.
+    fn kill_other_master(&mut self) {
+        self.kill_master(false);
+    }
+
+    /// Kills the master serving the bucket's slot (`bucket`), or another one.
+    fn kill_master(&mut self, bucket: bool) {
         let slot: u16 = self
             .cli(7000, "CLUSTER KEYSLOT tollgate:{/shared}c")
             .trim()
@@ -546,9 +557,9 @@ impl Topology {
         let nodes = self.cli(7000, "CLUSTER NODES");
         let port = nodes
             .lines()
-            .filter(|line| line.contains("master"))
+            .filter(|line| line.contains("master") && line.split_whitespace().count() > 8)
             .find(|line| {
-                line.split_whitespace().skip(8).any(|range| {
+                bucket == line.split_whitespace().skip(8).any(|range| {
                     let (low, high) = range.split_once('-').unwrap_or((range, range));
                     matches!((low.parse::<u16>(), high.parse::<u16>()), (Ok(l), Ok(h)) if (l..=h).contains(&slot))
                 })
@@ -556,7 +567,7 @@ impl Topology {
             .and_then(|line| line.split_whitespace().nth(1))
             .and_then(|address| address.split(['@', ':']).nth(1))
             .and_then(|port| port.parse::<u16>().ok())
-            .expect("the bucket's master");
+            .expect("a master to kill");
         // The node processes were started in port order.
         let at = usize::from(port - 7000);
         if let Some(node) = self.watchers.get_mut(at) {
@@ -706,7 +717,10 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
     let relayed = matches!(fault, "slow" | "stalled");
     let mut topology = if matches!(fault, "sentinel failover" | "master killed") {
         Topology::sentinel(2, store)
-    } else if fault == "cluster master killed" {
+    } else if matches!(
+        fault,
+        "cluster master killed" | "another cluster master killed"
+    ) {
         Topology::cluster(2, store)
     } else {
         Topology::single(2, store, relayed)
@@ -733,6 +747,9 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
         // SIGKILL to the master of the bucket's slot: its replica takes over after the
         // 1 s node timeout.
         "cluster master killed" => topology.kill_bucket_master(),
+        // A master the shared client's bucket is not on: a weak spot to look at is the
+        // cluster client holding every request while it re-reads the topology.
+        "another cluster master killed" => topology.kill_other_master(),
         "stalled" => topology.relay.as_ref().map_or((), |r| r.hold(3_000)),
         _ => {} // none: the baseline
     }
@@ -741,7 +758,10 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
     // when it began.
     let healed_at = if matches!(
         fault,
-        "sentinel failover" | "master killed" | "cluster master killed"
+        "sentinel failover"
+            | "master killed"
+            | "cluster master killed"
+            | "another cluster master killed"
     ) {
         FAULT_AT
     } else {
@@ -826,6 +846,20 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
                 admitted <= allowed + extra,
             )
         }
+        ("another cluster master killed", _) => {
+            // What it should be is "as without a fault, and no fallback": this key's
+            // master is healthy. What the `redis` crate's cluster client does is hold every
+            // request while it re-reads the slots, so the key's decisions fall back as if
+            // its own master had died — the finding RELIABILITY.md explains. Held to that
+            // weaker bound until it is fixed.
+            let extra = 2 * (RATE + (RATE * cut_ms).div_ceil(1_000));
+            (
+                format!(
+                    "should be ≤ allowed with no fallback (finding); held to: as if its own master died ({extra})"
+                ),
+                admitted <= allowed + extra,
+            )
+        }
         ("none", _) => (
             "≤ allowed (no fault: the baseline)".to_owned(),
             admitted <= allowed,
@@ -878,6 +912,11 @@ fn faults_against_a_single_redis_stay_within_each_modes_bound() {
                 "local",
                 "on_backend_error = \"local\"",
             ),
+            (
+                "another cluster master killed",
+                "local",
+                "on_backend_error = \"local\"",
+            ),
             ("slow", "local", "on_backend_error = \"local\""),
             ("slow", "deny", "on_backend_error = \"deny\""),
             ("slow", "hybrid", "sync = \"local\""),
@@ -891,6 +930,7 @@ fn faults_against_a_single_redis_stay_within_each_modes_bound() {
     if let Some(only) = wanted.filter(|w| w != "all") {
         cases.retain(|(fault, _, _)| *fault == only);
     }
+    assert!(!cases.is_empty(), "FAULTS names no fault the suite knows");
     let rows: Vec<Row> = cases
         .into_iter()
         .map(|(fault, mode, store)| measure(fault, mode, store))
