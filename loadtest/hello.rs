@@ -19,7 +19,8 @@
 //!   that reports `x-usage: 1`), `tollgate-settle` (the same, its rule reserving 2 and
 //!   settling from that header: a refund each request), `tollgate-suggest` (the first with
 //!   `suggest = true`: each client's peak counted), `tollgate-candidate` (the first with one
-//!   candidate limit, which also counts peaks) or `governor` (tower_governor's `GovernorLayer` keyed by peer IP, no
+//!   candidate limit, which also counts peaks), `governor` or `governor-headers` (the same
+//!   with tower_governor's `use_headers`: `x-ratelimit-limit`, `-remaining`, `-after`) (tower_governor's `GovernorLayer` keyed by peer IP, no
 //!   headers);
 //! - quota `never` (1,000,000/s with a burst of 1,000,000: nobody is denied) or `deny`
 //!   (1/s with a burst of 1: a single client is denied all but one request a second).
@@ -87,6 +88,9 @@ enum Limiter {
     /// `tollgate` with one candidate limit (which counts peaks too).
     TollgateCandidate,
     Governor,
+    /// tower_governor with its rate-limit headers on (`use_headers`): the fair peer of
+    /// `tollgate`, which sends the IETF headers.
+    GovernorHeaders,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -169,6 +173,15 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
             let config = GovernorConfigBuilder::default()
                 .per_nanosecond(1_000_000_000 / per_second)
                 .burst_size(burst)
+                .finish()
+                .ok_or("tower_governor refused the quota")?;
+            app.layer(GovernorLayer::new(config))
+        }
+        Limiter::GovernorHeaders => {
+            let config = GovernorConfigBuilder::default()
+                .per_nanosecond(1_000_000_000 / per_second)
+                .burst_size(burst)
+                .use_headers()
                 .finish()
                 .ok_or("tower_governor refused the quota")?;
             app.layer(GovernorLayer::new(config))
