@@ -90,30 +90,25 @@ pub fn main() -> ExitCode {
     if let Some(Verb::Suggest(args)) = &flags.verb {
         return suggest(args);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("tollgate: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(serve(flags.settings))
+    match runtime(tokio::runtime::Builder::new_multi_thread()) {
+        Ok(runtime) => runtime.block_on(serve(flags.settings)),
+        Err(failed) => failed,
+    }
+}
+
+/// A runtime from `builder` with I/O and timers, or (said on stderr) the failure to exit with.
+fn runtime(mut builder: tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|error| {
+        eprintln!("tollgate: cannot start the runtime: {error}");
+        ExitCode::FAILURE
+    })
 }
 
 /// `tollgate suggest`: the diff on stdout, or why there is none on stderr.
 fn suggest(args: &crate::suggest::SuggestArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(tokio::runtime::Builder::new_current_thread()) {
         Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("tollgate: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+        Err(failed) => return failed,
     };
     match runtime.block_on(crate::suggest::run(args)) {
         Ok(diff) => match write!(std::io::stdout().lock(), "{diff}") {

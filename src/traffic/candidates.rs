@@ -165,11 +165,7 @@ impl CandidateTraffic {
                         .top
                         .top(now, top)
                         .into_iter()
-                        .map(|heavy| Heavy {
-                            client: heavy.client.to_string(),
-                            count: heavy.count,
-                            error: heavy.error,
-                        })
+                        .map(|heavy| heavy.named())
                         .collect(),
                 }
             })

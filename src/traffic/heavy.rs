@@ -44,6 +44,17 @@ pub struct Heavy<K = String> {
     pub error: u64,
 }
 
+impl<K: std::fmt::Display> Heavy<K> {
+    /// The same estimate with the client written out, as reports give it.
+    pub fn named(&self) -> Heavy {
+        Heavy {
+            client: self.client.to_string(),
+            count: self.count,
+            error: self.error,
+        }
+    }
+}
+
 type Index<K> = HashMap<K, usize, foldhash::quality::RandomState>;
 
 /// The space-saving sketch; see the [`traffic`](crate::traffic) module docs.

@@ -298,11 +298,7 @@ impl Traffic {
                         .lock()
                         .top(now, top)
                         .into_iter()
-                        .map(|heavy| Heavy {
-                            client: heavy.client.to_string(),
-                            count: heavy.count,
-                            error: heavy.error,
-                        })
+                        .map(|heavy| heavy.named())
                         .collect(),
                     tokens: Some(rule.tokens()).filter(|t| t.settlements > 0),
                 })

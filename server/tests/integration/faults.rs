@@ -101,17 +101,51 @@ impl Drop for Netns {
     }
 }
 
-/// Runs `f` on a thread inside namespace `ns` (a thread's network namespace is its own).
-fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+/// Moves the calling thread into namespace `ns` (a thread's network namespace is its own,
+/// and threads it starts inherit it).
+fn enter(ns: &str) {
     let path = format!("/var/run/netns/{ns}");
+    let file = std::fs::File::open(&path).unwrap();
+    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+        .unwrap_or_else(|e| panic!("setns {path}: {e}"));
+}
+
+/// Runs `f` on a thread inside namespace `ns`.
+fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let ns = ns.to_owned();
     std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).unwrap();
-        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-            .unwrap_or_else(|e| panic!("setns {path}: {e}"));
+        enter(&ns);
         f()
     })
     .join()
     .unwrap()
+}
+
+/// Accepts connections on `0.0.0.0:port` in namespace `ns`, handing each to `serve`, until
+/// `stop` is set; returns once it listens.
+fn listen_in(
+    ns: &str,
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    mut serve: impl FnMut(TcpStream) + Send + 'static,
+) {
+    let ns = ns.to_owned();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        enter(&ns);
+        let listener = std::net::TcpListener::bind(("0.0.0.0", port)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let _ = ready_tx.send(());
+        while !stop.load(Ordering::Relaxed) {
+            let Ok((client, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            let _ = client.set_nonblocking(false);
+            serve(client);
+        }
+    });
+    ready_rx.recv_timeout(Duration::from_secs(5)).unwrap();
 }
 
 /// A child process killed on drop.
@@ -149,52 +183,37 @@ impl Relay {
         use std::sync::atomic::{AtomicBool, AtomicU64};
         let delay_ms = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (delay, stopped) = (Arc::clone(&delay_ms), Arc::clone(&stop));
-        let path = format!("/var/run/netns/{ns}");
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).unwrap();
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            let listener = std::net::TcpListener::bind("0.0.0.0:6390").unwrap();
-            listener.set_nonblocking(true).unwrap();
-            let _ = ready_tx.send(());
-            while !stopped.load(Ordering::Relaxed) {
-                let Ok((client, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(5));
-                    continue;
-                };
-                let _ = client.set_nonblocking(false);
-                let Ok(server) = TcpStream::connect("127.0.0.1:6379") else {
-                    continue;
-                };
-                let (mut up_from, mut up_to) =
-                    (client.try_clone().unwrap(), server.try_clone().unwrap());
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut up_from, &mut up_to);
-                    let _ = up_to.shutdown(std::net::Shutdown::Both);
-                });
-                let (mut down_from, mut down_to) = (server, client);
-                let delay = Arc::clone(&delay);
-                std::thread::spawn(move || {
-                    let mut buffer = [0u8; 16 * 1024];
-                    loop {
-                        let n = match down_from.read(&mut buffer) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        let hold = delay.load(Ordering::Relaxed);
-                        if hold > 0 {
-                            std::thread::sleep(Duration::from_millis(hold));
-                        }
-                        if down_to.write_all(&buffer[..n]).is_err() {
-                            break;
-                        }
+        let delay = Arc::clone(&delay_ms);
+        listen_in(ns, 6390, Arc::clone(&stop), move |client| {
+            let Ok(server) = TcpStream::connect("127.0.0.1:6379") else {
+                return;
+            };
+            let (mut up_from, mut up_to) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut up_from, &mut up_to);
+                let _ = up_to.shutdown(std::net::Shutdown::Both);
+            });
+            let (mut down_from, mut down_to) = (server, client);
+            let delay = Arc::clone(&delay);
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 16 * 1024];
+                loop {
+                    let n = match down_from.read(&mut buffer) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    let hold = delay.load(Ordering::Relaxed);
+                    if hold > 0 {
+                        std::thread::sleep(Duration::from_millis(hold));
                     }
-                    let _ = down_to.shutdown(std::net::Shutdown::Both);
-                });
-            }
+                    if down_to.write_all(&buffer[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = down_to.shutdown(std::net::Shutdown::Both);
+            });
         });
-        ready_rx.recv_timeout(Duration::from_secs(5)).unwrap();
         Relay { delay_ms, stop }
     }
 
@@ -958,33 +977,18 @@ impl Repository {
         use std::sync::atomic::AtomicBool;
         let text = Arc::new(parking_lot::Mutex::new(text.to_owned()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (served, stopped) = (Arc::clone(&text), Arc::clone(&stop));
-        let path = format!("/var/run/netns/{ns}");
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).unwrap();
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            let listener = std::net::TcpListener::bind("0.0.0.0:8088").unwrap();
-            listener.set_nonblocking(true).unwrap();
-            let _ = ready_tx.send(());
-            while !stopped.load(Ordering::Relaxed) {
-                let Ok((mut client, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(5));
-                    continue;
-                };
-                let _ = client.set_nonblocking(false);
-                let _ = client.set_read_timeout(Some(Duration::from_secs(1)));
-                let mut request = [0u8; 4096];
-                let _ = client.read(&mut request);
-                let body = served.lock().clone();
-                let _ = write!(
-                    client,
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
+        let served = Arc::clone(&text);
+        listen_in(ns, 8088, Arc::clone(&stop), move |mut client| {
+            let _ = client.set_read_timeout(Some(Duration::from_secs(1)));
+            let mut request = [0u8; 4096];
+            let _ = client.read(&mut request);
+            let body = served.lock().clone();
+            let _ = write!(
+                client,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
         });
-        ready_rx.recv_timeout(Duration::from_secs(5)).unwrap();
         Repository { text, stop }
     }
 }

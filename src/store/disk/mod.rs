@@ -621,8 +621,7 @@ impl Store for DiskStore {
 mod tests {
     use super::*;
     use crate::config::DiskSettings;
-    use crate::key::Client;
-    use crate::quota::Quota;
+    use tollgate_testkit::now_or_never;
 
     fn settings(dir: &Path, sync: DiskSync, cache: usize) -> DiskSettings {
         DiskSettings {
@@ -669,7 +668,7 @@ mod tests {
         let limits_one = limits(2);
         let check = |limits: &crate::Limits<DiskStore>, client: &str| {
             let key = format!("api/{client}");
-            futures_ready(limits.check(&key, 1)).remaining()
+            now_or_never(limits.check(&key, 1)).unwrap().remaining()
         };
         assert_eq!(check(&limits_one, "a"), 4);
         // Ten other clients push a out of a cache of two.
@@ -681,8 +680,6 @@ mod tests {
         drop(limits_one);
         let limits_two = limits(100);
         assert_eq!(check(&limits_two, "a"), 2, "and across a reopen");
-        let _ = Quota::window;
-        let _ = Client::Unknown;
     }
 
     #[test]
@@ -702,8 +699,8 @@ mod tests {
         for i in 0..50 {
             let short = format!("short/c{i}");
             let long = format!("long/c{i}");
-            futures_ready(limits.check(&short, 1));
-            futures_ready(limits.check(&long, 1));
+            now_or_never(limits.check(&short, 1)).unwrap();
+            now_or_never(limits.check(&long, 1)).unwrap();
         }
         let disk = limits.store();
         disk.compact().unwrap();
@@ -717,7 +714,7 @@ mod tests {
         assert_eq!(before, 100);
         // An hour on: the short buckets have refilled; the next decision tells the store so.
         clock.advance(std::time::Duration::from_secs(3_600));
-        futures_ready(limits.check("long/c0", 1));
+        now_or_never(limits.check("long/c0", 1)).unwrap();
         disk.compact().unwrap();
         let after = disk
             .inner
@@ -727,16 +724,5 @@ mod tests {
             .map(|h| h.buckets.len().unwrap())
             .unwrap();
         assert_eq!(after, 50, "the 50 refilled buckets went at compaction");
-    }
-
-    fn futures_ready<F: std::future::Future<Output = Result<Decision, StoreError>>>(
-        future: F,
-    ) -> Decision {
-        let mut future = std::pin::pin!(future);
-        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-        match future.as_mut().poll(&mut context) {
-            std::task::Poll::Ready(decision) => decision.unwrap(),
-            std::task::Poll::Pending => panic!("the disk store answers at once"),
-        }
     }
 }
