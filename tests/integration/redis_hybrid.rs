@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tollgate::Limits;
-use tollgate::clock::{Clock, SystemClock, Timestamp};
+use tollgate::clock::{Clock, FakeClock, SystemClock, Timestamp};
 use tollgate::config::RedisSettings;
 use tollgate::store::{BackendStore, RedisStore};
 
@@ -44,9 +44,19 @@ async fn the_simulation_stays_within_the_bound_with_few_redis_calls() {
 
 /// Four instances in hybrid mode over one Redis (4 instances with `sync = "local"`).
 fn fleet(server: &RedisServer, prefix: &str, rule: &str) -> Vec<Limits<RedisStore>> {
+    fleet_syncing_every(server, prefix, rule, "100ms")
+}
+
+/// The same, settling every `interval`.
+fn fleet_syncing_every(
+    server: &RedisServer,
+    prefix: &str,
+    rule: &str,
+    interval: &str,
+) -> Vec<Limits<RedisStore>> {
     let config = format!(
         "[store]\nbackend = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"{prefix}:\"\n\
-         sync = \"local\"\nsync_interval = \"100ms\"\ntimeout = \"500ms\"\n[limits]\n{rule}",
+         sync = \"local\"\nsync_interval = \"{interval}\"\ntimeout = \"500ms\"\n[limits]\n{rule}",
         url = server.url()
     );
     let mut settings = RedisSettings::default();
@@ -60,6 +70,18 @@ fn fleet(server: &RedisServer, prefix: &str, rule: &str) -> Vec<Limits<RedisStor
                 .unwrap()
         })
         .collect()
+}
+
+/// A limiter deciding in Redis (not hybrid), connected now: what the shared budget holds.
+fn newcomer(server: &RedisServer, prefix: &str, rule: &str) -> Limits<BackendStore> {
+    Limits::builder()
+        .store(BackendStore::new())
+        .from_toml(&format!(
+            "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}:\"\n\
+             [limits]\n{rule}\n",
+            server.url()
+        ))
+        .unwrap()
 }
 
 /// Runs two heartbeat rounds on every instance, so that each counts the whole fleet.
@@ -177,15 +199,10 @@ async fn admissions_made_while_redis_was_down_are_charged_once_it_is_back() {
         "charged once Redis is back"
     );
     // A newcomer, connected after the restart, sees the three in the shared budget.
-    let newcomer = Limits::builder()
-        .store(BackendStore::new())
-        .from_toml(&format!(
-            "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"outage:\"\n\
-             [limits]\n\"login\" = \"10/min\"\n",
-            server.url()
-        ))
+    let decision = newcomer(&server, "outage", "\"login\" = \"10/min\"")
+        .peek("login/198.51.100.4")
+        .await
         .unwrap();
-    let decision = newcomer.peek("login/198.51.100.4").await.unwrap();
     assert_eq!(
         decision.remaining(),
         7,
@@ -324,4 +341,140 @@ async fn settlements_go_through_the_lease_without_a_round_trip() {
     // Two seconds refilled the 110 taken; the 290 owed were charged at the settlement.
     let left = redis_only.peek("llm/c").await.unwrap().remaining();
     assert_eq!(left, 6000 - 290);
+}
+
+/// Holds every client's commands in `server` for `ms` (Redis's `CLIENT PAUSE`): replies
+/// come late, as from a slow network, and the commands still run.
+fn hold_replies(server: &RedisServer, ms: u64) {
+    let said = server.command(&format!("CLIENT PAUSE {ms} ALL"));
+    assert_eq!(said.as_deref(), Some("+OK"), "CLIENT PAUSE");
+}
+
+/// Opens every connection of `instance`'s pool before replies are held (a connection
+/// made during the pause would fail rather than be slow).
+async fn connect(instance: &Limits<RedisStore>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut answered = 0;
+    while answered < 4 {
+        assert!(Instant::now() < deadline, "Redis answers every connection");
+        match instance.store().ping().await {
+            Ok(()) => answered += 1,
+            Err(_) => {
+                answered = 0;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Admissions made while Redis was down are sent as one charge; when its reply is late
+/// (the charge was applied, the instance did not hear), the instance sends it again, and
+/// Redis applies it once: the shared budget is charged three tokens, not six.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_whose_reply_was_late_is_sent_again_and_applied_once() {
+    let Some(mut server) = RedisServer::start("hybrid late settlement") else {
+        return;
+    };
+    let fleet = fleet(&server, "late", "\"login\" = \"10/min\"\n");
+    introduce(&fleet).await;
+    let instance = &fleet[0];
+    // At the caller's time: no background round settles behind the test's back.
+    instance.store().use_caller_time(true);
+    let at = SystemClock::new().now();
+    server.kill();
+    for _ in 0..3 {
+        let decision = instance
+            .check_at("login/198.51.100.4", 1, at)
+            .await
+            .unwrap();
+        assert!(decision.allowed(), "on_backend_error = local admits");
+    }
+    server.restart();
+    connect(instance).await;
+    instance.store().sync_at(at).await; // loads the script into the new server
+    // The charge goes out; its reply comes after the round stopped waiting (500 ms).
+    hold_replies(&server, 1_200);
+    instance.store().sync_at(at).await;
+    assert_eq!(instance.store().unsettled(), 3, "not known to have arrived");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while instance.store().unsettled() > 0 && Instant::now() < deadline {
+        instance.store().sync_at(at).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(instance.store().unsettled(), 0, "confirmed at last");
+    // Seen by a limiter connected after the restart (the fleet's other instances would
+    // first find their connections broken, and fall back).
+    let decision = newcomer(&server, "late", "\"login\" = \"10/min\"")
+        .peek("login/198.51.100.4")
+        .await
+        .unwrap();
+    assert_eq!(
+        decision.remaining(),
+        7,
+        "10 per minute, 3 spent during the outage, charged once"
+    );
+}
+
+/// A lease call answered after its request stopped waiting: the request was decided by
+/// `on_backend_error` (admitted here, to be charged later), but Redis had admitted it and
+/// leased tokens too. The late reply is kept: the lease is this instance's to spend, and
+/// the request is not charged a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_lease_is_kept_and_its_request_is_not_charged_twice() {
+    let Some(server) = RedisServer::start("hybrid late lease") else {
+        return;
+    };
+    // 1/s among 4 instances, 10 s apart: a lease is 2 tokens (Redis keeps the bucket for
+    // the 3 s its debt lasts). Decided at one instant of a fake clock (the caller's time),
+    // so nothing refills while replies are held.
+    let rule = "\"api\" = { rate = \"1/s\", burst = 100 }";
+    let fleet = fleet_syncing_every(&server, "latelease", rule, "10s");
+    introduce(&fleet).await;
+    let clock = FakeClock::new();
+    for limits in &fleet {
+        limits.store().use_caller_time(true);
+    }
+    let instance = &fleet[0];
+    connect(instance).await;
+    hold_replies(&server, 800);
+    let at = clock.now();
+    let decision = instance.check_at("api/198.51.100.9", 1, at).await.unwrap();
+    assert!(decision.allowed(), "on_backend_error = local admits");
+    assert_eq!(
+        instance.store().unsettled(),
+        1,
+        "to be charged, as far as it knows"
+    );
+    // The reply comes at 800 ms, within the second a late reply is waited for.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while instance.store().unsettled() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        instance.store().unsettled(),
+        0,
+        "Redis charged the request: nothing more to charge"
+    );
+    let shared = newcomer(&server, "latelease", rule);
+    if let Some(store) = shared.store().redis() {
+        store.use_caller_time(true);
+    }
+    let seen = shared.check_at("api/198.51.100.9", 0, at).await.unwrap();
+    assert_eq!(
+        seen.remaining(),
+        97,
+        "one request and a lease of two charged in Redis, the request once"
+    );
+    // The lease is spent here without Redis.
+    let calls = server.command_calls("evalsha");
+    for _ in 0..2 {
+        let decision = instance.check_at("api/198.51.100.9", 1, at).await.unwrap();
+        assert!(decision.allowed());
+    }
+    assert_eq!(
+        server.command_calls("evalsha"),
+        calls,
+        "spent from the lease"
+    );
 }

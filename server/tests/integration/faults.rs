@@ -194,8 +194,11 @@ impl Relay {
                 let _ = std::io::copy(&mut up_from, &mut up_to);
                 let _ = up_to.shutdown(std::net::Shutdown::Both);
             });
+            // Redis's replies, each released `delay` after it arrived (a constant added
+            // latency, as `tc netem delay` would add; not a slower link).
             let (mut down_from, mut down_to) = (server, client);
             let delay = Arc::clone(&delay);
+            let (line, held) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
             std::thread::spawn(move || {
                 let mut buffer = [0u8; 16 * 1024];
                 loop {
@@ -203,11 +206,18 @@ impl Relay {
                         Ok(0) | Err(_) => break,
                         Ok(n) => n,
                     };
-                    let hold = delay.load(Ordering::Relaxed);
-                    if hold > 0 {
-                        std::thread::sleep(Duration::from_millis(hold));
+                    let due = Instant::now() + Duration::from_millis(delay.load(Ordering::Relaxed));
+                    if line.send((due, buffer[..n].to_vec())).is_err() {
+                        break;
                     }
-                    if down_to.write_all(&buffer[..n]).is_err() {
+                }
+            });
+            std::thread::spawn(move || {
+                for (due, bytes) in held {
+                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    if down_to.write_all(&bytes).is_err() {
                         break;
                     }
                 }
@@ -364,7 +374,7 @@ impl Topology {
                 .args(["--config", config.to_str().unwrap()])
                 .args(["--listen", "127.0.0.1:8080", "--admin", "127.0.0.1:9090"])
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(gateway_log(k))
                 .spawn()
                 .unwrap();
             topology.gateways.push(Process(child));
@@ -690,6 +700,39 @@ fn watch_fallbacks(ns: String, began: Instant) -> std::thread::JoinHandle<Vec<(D
     })
 }
 
+/// `FAULTS_TRACE=1`: each run prints its gateways' timelines, and their logs are kept in
+/// `/tmp/tollgate-faults-gateway-K.log` (the last run's), to find out why a figure is bad.
+fn tracing_faults() -> bool {
+    std::env::var_os("FAULTS_TRACE").is_some()
+}
+
+/// Where gateway `k`'s log goes: nowhere, or with `FAULTS_TRACE` a file.
+fn gateway_log(k: usize) -> Stdio {
+    if !tracing_faults() {
+        return Stdio::null();
+    }
+    std::fs::File::create(format!("/tmp/tollgate-faults-gateway-{k}.log"))
+        .map_or_else(|_| Stdio::null(), Stdio::from)
+}
+
+/// Per gateway, per half second of the run: admitted / offered.
+fn print_timeline(seen: &[Seen]) {
+    for (k, requests) in seen.iter().enumerate() {
+        let mut line = format!("gateway {k}, admitted/offered per 500 ms:");
+        let halves = RUN.as_millis() / 500;
+        for half in 0..halves {
+            let inside = requests
+                .iter()
+                .filter(|(at, _)| at.as_millis() / 500 == half);
+            let (admitted, offered) = inside.fold((0, 0), |(a, o), (_, status)| {
+                (a + u32::from(*status == 200), o + 1)
+            });
+            line += &format!(" {admitted}/{offered}");
+        }
+        eprintln!("{line}");
+    }
+}
+
 /// One row of the table.
 #[derive(Debug)]
 struct Row {
@@ -793,6 +836,9 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
         _ => {}
     }
     let seen: Vec<Seen> = loads.into_iter().map(|l| l.join().unwrap()).collect();
+    if tracing_faults() {
+        print_timeline(&seen);
+    }
     let fallbacks = watch.join().unwrap();
     let all: Vec<(Duration, u16)> = seen.into_iter().flatten().collect();
     let offered = all.len() as u64;

@@ -135,8 +135,8 @@ impl Pool {
             .max_retry_wait(CLUSTER_MAX_RETRY_WAIT_MS)
             .retry_wait_formula(CLUSTER_MIN_RETRY_WAIT_MS, 2)
             .connection_timeout(connection_timeout(settings))
-            .response_timeout(settings.timeout)
-            .overall_response_timeout(Some(settings.timeout))
+            .response_timeout(response_timeout(settings))
+            .overall_response_timeout(Some(response_timeout(settings)))
             .build()?;
         Ok(Pool::new(Target::Cluster(Box::new(client))))
     }
@@ -380,13 +380,25 @@ fn managers(
 ) -> redis::RedisResult<Vec<ConnectionManager>> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(connection_timeout(settings)))
-        .set_response_timeout(Some(settings.timeout))
+        .set_response_timeout(Some(response_timeout(settings)))
         .set_number_of_retries(2)
         .set_min_delay(Duration::from_millis(20))
         .set_max_delay(Duration::from_millis(500));
     (0..settings.connections.max(1))
         .map(|_| ConnectionManager::new_lazy_with_config(client.clone(), config.clone()))
         .collect()
+}
+
+/// How long a connection waits for a reply: the decision timeout (every caller also
+/// bounds its own wait by it). In hybrid mode, at least a second: a lease call whose
+/// request stopped waiting still charged Redis, and its late reply is kept (see
+/// `hybrid::sync`), so the connection must not drop it.
+fn response_timeout(settings: &RedisSettings) -> Duration {
+    if settings.sync == crate::config::SyncMode::Local {
+        settings.timeout.max(Duration::from_secs(1))
+    } else {
+        settings.timeout
+    }
 }
 
 /// How long making a connection may take: the decision timeout, but at least 250 ms (a

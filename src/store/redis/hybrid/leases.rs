@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry as Slot;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -43,6 +44,9 @@ pub(in crate::store::redis) enum Verdict {
 #[derive(Default)]
 pub(in crate::store::redis) struct Leases {
     table: Mutex<HashMap<String, Lease>>,
+    /// The last settlement sequence number given out: rising across every bucket, so a
+    /// bucket forgotten and tracked again never reuses one.
+    sequence: std::sync::atomic::AtomicU64,
 }
 
 struct Lease {
@@ -53,8 +57,12 @@ struct Lease {
     synced: Timestamp,
     /// Redis refused; refused here too until then.
     refused_until: Option<Timestamp>,
-    /// Tokens admitted while Redis could not be reached, not yet charged there.
+    /// Tokens admitted while Redis could not be reached, not yet sent to be charged.
     pending: u64,
+    /// A charge of admissions sent and not known to have arrived: its sequence number
+    /// and tokens. Sent again, unchanged, until Redis confirms it (Redis applies each
+    /// sequence number once).
+    unconfirmed: Option<(u64, u64)>,
     /// Tokens taken out of `allowance` to give back, not yet confirmed by Redis.
     returning: u64,
     last_used: Timestamp,
@@ -77,12 +85,15 @@ pub(in crate::store::redis) enum Outcome {
     Unknown,
 }
 
-/// Tokens to give back and to charge for one bucket: one lease call of cost 0.
+/// Tokens to give back and to charge for one bucket: one lease call of cost 0. The charge
+/// carries a sequence number (0: none to charge), so Redis applies it once however often
+/// it is sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(in crate::store::redis) struct Settlement {
     pub(in crate::store::redis) key: String,
     pub(in crate::store::redis) returned: u64,
     pub(in crate::store::redis) pending: u64,
+    pub(in crate::store::redis) sequence: u64,
     pub(in crate::store::redis) quotas: Vec<Quota>,
     pub(in crate::store::redis) strict: bool,
 }
@@ -95,6 +106,7 @@ impl Lease {
             synced: request.now,
             refused_until: None,
             pending: 0,
+            unconfirmed: None,
             returning: 0,
             last_used: request.now,
             quotas: request.quotas.to_vec(),
@@ -259,6 +271,34 @@ impl Leases {
         });
     }
 
+    /// Records a lease call's reply that came after its request stopped waiting and was
+    /// decided by `on_backend_error`. The lease is kept as [`Leases::leased`] keeps one;
+    /// and if Redis admitted the request, it charged it there too, so that charge is
+    /// credited: taken off what is still to be sent for admissions without Redis, or else
+    /// added to the lease. (Dropping the reply instead reserved tokens in Redis that
+    /// nobody spent, and charged the request twice.)
+    pub(in crate::store::redis) fn answered_late(
+        &self,
+        key: &str,
+        request: &CheckRequest<'_>,
+        answer: &Leased,
+        hold: Duration,
+    ) {
+        self.leased(key, request, answer, hold);
+        if !answer.decision.allowed() || request.cost == 0 {
+            return;
+        }
+        let mut table = self.table.lock();
+        let Some(lease) = table.get_mut(key) else {
+            return;
+        };
+        if lease.pending >= request.cost {
+            lease.pending -= request.cost;
+        } else {
+            lease.allowance = lease.allowance.saturating_add(request.cost);
+        }
+    }
+
     /// A lease call failed: the bucket may try again.
     pub(in crate::store::redis) fn renewal_failed(&self, key: &str) {
         if let Some(lease) = self.table.lock().get_mut(key) {
@@ -299,12 +339,18 @@ impl Leases {
             if quiet {
                 lease.returning += std::mem::take(&mut lease.allowance);
             }
-            if lease.returning > 0 || lease.pending > 0 {
+            if lease.unconfirmed.is_none() && lease.pending > 0 {
+                let sequence = self.sequence.fetch_add(1, Ordering::Relaxed) + 1;
+                lease.unconfirmed = Some((sequence, std::mem::take(&mut lease.pending)));
+            }
+            if lease.returning > 0 || lease.unconfirmed.is_some() {
+                let (sequence, pending) = lease.unconfirmed.unwrap_or((0, 0));
                 lease.settling = true;
                 due.push(Settlement {
                     key: key.clone(),
                     returned: lease.returning,
-                    pending: lease.pending,
+                    pending,
+                    sequence,
                     quotas: lease.quotas.clone(),
                     strict: lease.strict,
                 });
@@ -317,8 +363,9 @@ impl Leases {
 
     /// Records how settlements went: those that reached Redis are cleared; those Redis
     /// refused stay, to be sent again — never dropped. When the outcome is unknown (no
-    /// answer in time), returned tokens count as returned and admissions are sent again:
-    /// a lost reply never gives tokens back twice, at worst it charges twice.
+    /// answer in time), returned tokens count as returned and the charge is sent again,
+    /// unchanged: a lost reply never gives tokens back twice, and Redis applies a charge's
+    /// sequence number once, so it never charges twice either.
     pub(in crate::store::redis) fn settled(&self, outcomes: &[(Settlement, Outcome)]) {
         let mut table = self.table.lock();
         for (settlement, outcome) in outcomes {
@@ -329,8 +376,12 @@ impl Leases {
             if *outcome != Outcome::Refused {
                 lease.returning = lease.returning.saturating_sub(settlement.returned);
             }
-            if *outcome == Outcome::Reached {
-                lease.pending = lease.pending.saturating_sub(settlement.pending);
+            if *outcome == Outcome::Reached
+                && lease
+                    .unconfirmed
+                    .is_some_and(|(sequence, _)| sequence == settlement.sequence)
+            {
+                lease.unconfirmed = None;
             }
         }
     }
@@ -357,7 +408,10 @@ impl Leases {
     /// Buckets tracked, and tokens admitted without Redis not yet charged there.
     pub(in crate::store::redis) fn stats(&self) -> (usize, u64) {
         let table = self.table.lock();
-        let pending = table.values().map(|lease| lease.pending).sum();
+        let pending = table
+            .values()
+            .map(|lease| lease.pending + lease.unconfirmed.map_or(0, |(_, tokens)| tokens))
+            .sum();
         (table.len(), pending)
     }
 }
@@ -477,6 +531,55 @@ mod tests {
         );
         leases.settled(&[(third[0].clone(), Outcome::Reached)]);
         assert_eq!(leases.stats(), (1, 0));
+    }
+
+    #[test]
+    fn a_late_reply_keeps_its_lease_and_credits_the_request_it_charged() {
+        let leases = Leases::default();
+        let quotas = [quota()];
+        let first = request(&quotas, 0);
+        assert!(matches!(
+            leases.decide("k", &first),
+            Verdict::Remote { lease: true }
+        ));
+        // The request gave up waiting and was admitted without Redis ...
+        leases.admitted_without_redis("k", &first);
+        assert_eq!(leases.stats(), (1, 1));
+        // ... then Redis's answer came: it admitted the request and leased 3 tokens.
+        leases.answered_late(
+            "k",
+            &first,
+            &answer(true, 3, 100_000_000, 0),
+            Duration::ZERO,
+        );
+        assert_eq!(leases.stats(), (1, 0), "the request is not charged twice");
+        for _ in 0..3 {
+            assert!(matches!(
+                leases.decide("k", &request(&quotas, 1)),
+                Verdict::Local(_)
+            ));
+        }
+        assert!(matches!(
+            leases.decide("k", &request(&quotas, 1)),
+            Verdict::Remote { lease: true }
+        ));
+        // Late again, while the admissions without Redis are being settled: the charge
+        // is credited to the lease instead.
+        let second = request(&quotas, 2);
+        leases.admitted_without_redis("k", &second);
+        let due = leases.due(second.now, Duration::from_secs(1));
+        assert_eq!(due[0].pending, 1);
+        leases.answered_late(
+            "k",
+            &second,
+            &answer(true, 0, 100_000_000, 0),
+            Duration::ZERO,
+        );
+        leases.settled(&[(due[0].clone(), Outcome::Reached)]);
+        assert!(matches!(
+            leases.decide("k", &request(&quotas, 2)),
+            Verdict::Local(_)
+        ));
     }
 
     #[test]

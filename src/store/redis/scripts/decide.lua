@@ -33,7 +33,10 @@
 -- admitted while Redis was unreachable are charged (even past empty); then the request is
 -- decided as in "c"; then, if admitted, min(left, c) tokens are leased — charged now for
 -- the instance to spend locally — where left is what the tightest quota still holds. The
--- reply gains one number: the tokens leased.
+-- reply gains one number: the tokens leased. A fifth argument, "INSTANCE:SEQUENCE", marks
+-- a settlement: its p is charged only if SEQUENCE is above the last one applied for that
+-- instance on this bucket (kept 5 minutes in KEYS[1] .. "|" .. INSTANCE, the same slot),
+-- so an instance that lost the reply can send the same settlement again safely.
 --
 -- State (a string, one key per bucket): algorithm, n, then per quota four numbers:
 --   GCRA ("G"): interval (ns), TAT (whole us), TAT's remainder (ns), 0
@@ -478,6 +481,15 @@ end
 if lease then
   -- Leases given back, then what was admitted without Redis.
   local returned, pending = tonumber(ARGV[extra + 1]), tonumber(ARGV[extra + 2])
+  local instance, sequence = string.match(ARGV[extra + 5] or "", "^(.+):(%d+)$")
+  if pending > 0 and instance then
+    local mark = KEYS[1] .. "|" .. instance
+    if tonumber(sequence) <= (tonumber(redis.call("GET", mark)) or 0) then
+      pending = 0
+    else
+      redis.call("SET", mark, sequence, "PX", 300000)
+    end
+  end
   for i = 1, n do
     s[i].d = math.max(math.max(s[i].d, 0) - returned * q[i].a, 0) + pending * q[i].a
   end

@@ -107,14 +107,16 @@ pub(super) fn script_args(
 }
 
 /// What a lease call (`mode "l"`) carries besides the request: tokens given back, tokens
-/// admitted without Redis to charge, how many instances share the bucket, and the most
-/// to lease.
+/// admitted without Redis to charge, how many instances share the bucket, the most to
+/// lease, and the settlement's mark: the instance and its sequence number, so that a
+/// charge sent again (its reply was lost) is applied once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct LeaseTerms {
+pub(super) struct LeaseTerms<'a> {
     pub(super) returned: u64,
     pub(super) pending: u64,
     pub(super) shares: u64,
     pub(super) cap: u64,
+    pub(super) mark: Option<(&'a str, u64)>,
 }
 
 /// The script's arguments for a lease call: the request (cost 0 for a settlement alone)
@@ -124,7 +126,7 @@ pub(super) fn lease_args(
     cost: u64,
     strict: bool,
     quotas: &[Quota],
-    terms: LeaseTerms,
+    terms: LeaseTerms<'_>,
 ) -> Vec<String> {
     let mut args = script_args(
         now,
@@ -138,6 +140,9 @@ pub(super) fn lease_args(
     args[1] = "l".to_owned();
     for figure in [terms.returned, terms.pending, terms.shares, terms.cap] {
         args.push(figure.to_string());
+    }
+    if let Some((instance, sequence)) = terms.mark {
+        args.push(format!("{instance}:{sequence}"));
     }
     args
 }
