@@ -439,3 +439,56 @@ async fn over_tls_two_instances_share_one_budget_across_every_master() {
         "buckets on several masters: {holding:?}"
     );
 }
+
+/// `connected_clients` of the node on `port`.
+fn clients_of(port: u16) -> u64 {
+    crate::support::cluster::cli(port, &["INFO", "clients"])
+        .lines()
+        .find_map(|line| line.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Decisions go straight to the master of their slot over `[store] connections`
+/// connections per master (the cluster client's one per node stays for redirections and
+/// the listing), so `connections` means on a Cluster what it means on one server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_master_gets_the_configured_connections() {
+    let Some(cluster) = RedisCluster::shared("each_master_gets_the_configured_connections") else {
+        return;
+    };
+    let _quiet = cluster.quiet().await;
+    // Connections of tests before this one close as their runtimes end.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let masters = cluster.masters();
+    let before: Vec<u64> = masters.iter().map(|&port| clients_of(port)).collect();
+    let limits = instance(&format!(
+        "{}[limits]\n\"/\" = \"100/s\"\n",
+        store_table(
+            &seeds(cluster, false),
+            "connections",
+            "timeout = \"2s\"\nconnections = 3"
+        )
+    ));
+    // Warm up: the slot table is read in the background after the first decision.
+    limits.check("warm", 1).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        for client in 0..300 {
+            limits.check(&format!("192.0.2.{client}"), 1).await.unwrap();
+        }
+        let grown: Vec<u64> = masters
+            .iter()
+            .zip(&before)
+            .map(|(&port, &was)| clients_of(port).saturating_sub(was))
+            .collect();
+        if grown.iter().all(|&n| n >= 3) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "every master gains the 3 configured connections: {grown:?} (before {before:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -69,6 +69,7 @@ mod connect;
 mod hybrid;
 mod keys;
 mod listing;
+mod masters;
 mod pool;
 mod scripts;
 mod shards;
@@ -128,7 +129,7 @@ struct Inner {
     /// The ids of the rule set configured last, whose keys the next generation keeps.
     current: Mutex<Vec<RuleId>>,
     /// Breakers and error counters: one, or one per cluster shard.
-    shards: Shards,
+    shards: Arc<Shards>,
     local: MemoryStore,
     /// Hybrid mode's leases and settlements (`[store] sync = "local"`).
     hybrid: Hybrid,
@@ -153,7 +154,7 @@ impl RedisStore {
             .map_err(|reason| StoreError::Invalid { reason })?;
         Ok(RedisStore::with(
             Pool::single(client),
-            Shards::single(),
+            Arc::new(Shards::single()),
             settings,
         ))
     }
@@ -175,10 +176,13 @@ impl RedisStore {
     pub fn cluster(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
         let builder =
             connect::cluster(settings).map_err(|reason| StoreError::Invalid { reason })?;
-        let pool = Pool::cluster(builder, settings).map_err(|error| StoreError::Invalid {
-            reason: format!("Redis Cluster nodes {:?}: {error}", settings.nodes),
+        let shards = Arc::new(Shards::cluster());
+        let pool = Pool::cluster(builder, settings, Arc::clone(&shards)).map_err(|error| {
+            StoreError::Invalid {
+                reason: format!("Redis Cluster nodes {:?}: {error}", settings.nodes),
+            }
         })?;
-        Ok(RedisStore::with(pool, Shards::cluster(), settings))
+        Ok(RedisStore::with(pool, shards, settings))
     }
 
     /// A store for the Redis master the sentinels `settings.connection.sentinels` name
@@ -202,12 +206,12 @@ impl RedisStore {
             .map_err(|reason| StoreError::Invalid { reason })?;
         Ok(RedisStore::with(
             Pool::sentinel(client),
-            Shards::single(),
+            Arc::new(Shards::single()),
             settings,
         ))
     }
 
-    fn with(pool: Pool, shards: Shards, settings: &RedisSettings) -> RedisStore {
+    fn with(pool: Pool, shards: Arc<Shards>, settings: &RedisSettings) -> RedisStore {
         RedisStore {
             inner: Arc::new(Inner {
                 pool,
@@ -438,16 +442,10 @@ impl Inner {
         let inner = Arc::clone(self);
         tokio::spawn(async move {
             let settings = inner.settings.load_full();
-            let read = async {
-                let mut connection = inner.pool.connection(&settings).await?;
-                redis::cmd("CLUSTER")
-                    .arg("SLOTS")
-                    .query_async::<redis::Value>(&mut connection)
-                    .await
-            };
-            let wait = settings.timeout.max(Duration::from_millis(500));
-            if let Ok(Ok(reply)) = tokio::time::timeout(wait, read).await {
+            let wait = settings.timeout.max(Duration::from_millis(250));
+            if let Some(reply) = inner.pool.cluster_slots(&settings, wait).await {
                 inner.shards.update(&reply);
+                inner.pool.slots_changed();
             }
         });
     }

@@ -1,7 +1,8 @@
 //! The connections to Redis and the decision script on them: for one server, a few
-//! multiplexed connections used in turn; for a Redis Cluster, the `redis` crate's async
-//! cluster client (one multiplexed connection per node, `MOVED`/`ASK` redirections,
-//! topology refreshes, reconnects); behind Sentinel, connections to the master the
+//! multiplexed connections used in turn; for a Redis Cluster, a few to each master, routed
+//! by slot (`masters`), beside the `redis` crate's async cluster client (`MOVED`/`ASK`
+//! redirections, topology refreshes, reconnects) for what the cluster as a whole
+//! answers; behind Sentinel, connections to the master the
 //! sentinels name, dropped and asked for again when it stops answering as the master (it
 //! died, or a failover demoted it: `READONLY`). Made on first use, with the script loaded
 //! up front.
@@ -18,7 +19,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::masters::Masters;
 use super::scripts::SCRIPT;
+use super::shards::Shards;
 use crate::config::RedisSettings;
 
 /// Retries the cluster client makes within one request (after a `MOVED` it refreshes its
@@ -106,6 +109,8 @@ pub(super) struct Pool {
     script: redis::Script,
     /// Shared concurrency slots (`slots.lua`), loaded on first use.
     slots: redis::Script,
+    /// On a cluster: connections straight to the master of each slot.
+    masters: Option<Masters>,
 }
 
 impl Pool {
@@ -128,6 +133,7 @@ impl Pool {
     pub(super) fn cluster(
         builder: ClusterClientBuilder,
         settings: &RedisSettings,
+        shards: Arc<Shards>,
     ) -> redis::RedisResult<Pool> {
         let client = builder
             .retries(CLUSTER_RETRIES)
@@ -138,7 +144,9 @@ impl Pool {
             .response_timeout(response_timeout(settings))
             .overall_response_timeout(Some(response_timeout(settings)))
             .build()?;
-        Ok(Pool::new(Target::Cluster(Box::new(client))))
+        let mut pool = Pool::new(Target::Cluster(Box::new(client)));
+        pool.masters = Some(Masters::new(settings, shards));
+        Ok(pool)
     }
 
     fn new(target: Target) -> Pool {
@@ -148,6 +156,7 @@ impl Pool {
             turn: AtomicUsize::new(0),
             script: redis::Script::new(SCRIPT),
             slots: redis::Script::new(include_str!("caps/slots.lua")),
+            masters: None,
         }
     }
 
@@ -293,12 +302,25 @@ impl Pool {
         key: &str,
         args: &[String],
     ) -> redis::RedisResult<Vec<i64>> {
-        let mut connection = self.connection(settings).await?;
         let mut invocation = script.prepare_invoke();
         invocation.key(key);
         for arg in args {
             invocation.arg(arg.as_str());
         }
+        if let Some(masters) = &self.masters
+            && let Some(mut direct) = masters.for_key(key, settings)
+        {
+            let result = invocation.invoke_async(&mut direct).await;
+            if !result
+                .as_ref()
+                .is_err_and(|error| error.redirect_node().is_some())
+            {
+                return result;
+            }
+            // The slot moved: the cluster client follows, and the table is read again.
+            masters.moved();
+        }
+        let mut connection = self.connection(settings).await?;
         let result = invocation.invoke_async(&mut connection).await;
         if let Err(error) = &result {
             self.failed(error);
@@ -326,6 +348,15 @@ impl Pool {
             for arg in args {
                 command.arg(arg.as_str());
             }
+        }
+        let direct = self
+            .masters
+            .as_ref()
+            .and_then(|masters| masters.for_slot(slot, settings));
+        if let Some(mut direct) = direct {
+            // A key that moved answers `MOVED` in its place: sent again next round, once
+            // the table has been read again.
+            return pipeline.query_async(&mut direct).await;
         }
         match self.connection(settings).await? {
             Connection::Single(mut connection) => {
@@ -360,6 +391,46 @@ impl Pool {
         }
     }
 
+    /// `CLUSTER SLOTS`, asked of each master the table knows in turn (each within
+    /// `wait`), then of the cluster client: a dead master, or the cluster client busy
+    /// re-reading the topology, does not hold the answer up.
+    pub(super) async fn cluster_slots(
+        &self,
+        settings: &RedisSettings,
+        wait: Duration,
+    ) -> Option<Value> {
+        let ask = |mut connection: Connection| async move {
+            let mut command = redis::cmd("CLUSTER");
+            command.arg("SLOTS");
+            let asked = command.query_async::<Value>(&mut connection);
+            match tokio::time::timeout(wait, asked).await {
+                Ok(Ok(reply)) => Some(reply),
+                _ => None,
+            }
+        };
+        if let Some(masters) = &self.masters {
+            for node in masters.known() {
+                if let Some(direct) = masters.to(&node, settings)
+                    && let Some(reply) = ask(Connection::Single(direct)).await
+                {
+                    return Some(reply);
+                }
+            }
+        }
+        let connection = tokio::time::timeout(wait, self.connection(settings))
+            .await
+            .ok()?
+            .ok()?;
+        ask(connection).await
+    }
+
+    /// After the slot table changed: connections to former masters are dropped.
+    pub(super) fn slots_changed(&self) {
+        if let Some(masters) = &self.masters {
+            masters.forget_former();
+        }
+    }
+
     /// Loads the decision script (on a cluster, on every node) after `NOSCRIPT`.
     pub(super) async fn load_script(&self, settings: &RedisSettings) -> redis::RedisResult<()> {
         let mut connection = self.connection(settings).await?;
@@ -374,7 +445,7 @@ impl Pool {
 
 /// `settings.connections` multiplexed connections to the server `client` names, each
 /// reconnecting by itself.
-fn managers(
+pub(super) fn managers(
     client: &redis::Client,
     settings: &RedisSettings,
 ) -> redis::RedisResult<Vec<ConnectionManager>> {

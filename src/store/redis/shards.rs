@@ -71,7 +71,12 @@ impl Shards {
         {
             return Arc::clone(only);
         }
-        let slot = slot_of(key);
+        self.for_slot(slot_of(key))
+    }
+
+    /// The shard serving `slot`.
+    pub(super) fn for_slot(&self, slot: u16) -> Arc<Shard> {
+        let table = self.table.load();
         let at = table.partition_point(|shard| shard.last < slot);
         match table.get(at).or_else(|| table.first()) {
             Some(shard) => Arc::clone(shard),
@@ -97,6 +102,12 @@ impl Shards {
                 .refreshed
                 .compare_exchange(last, now_secs + 1, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
+    }
+
+    /// Makes the next [`refresh_due`](Self::refresh_due) true: the table is known stale
+    /// (a node answered `MOVED`).
+    pub(super) fn expire(&self) {
+        self.refreshed.store(0, Ordering::Relaxed);
     }
 
     /// Replaces the table with `CLUSTER SLOTS`' reply, keeping the breaker of every shard
