@@ -478,3 +478,52 @@ async fn a_late_lease_is_kept_and_its_request_is_not_charged_twice() {
         "spent from the lease"
     );
 }
+
+/// An instance that joins leases nothing until the others count it: until its second
+/// heartbeat, two seconds after its first (the others announce themselves every two
+/// seconds, and count it then). Meanwhile Redis decides its requests one by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_instance_leases_only_once_the_others_count_it() {
+    let Some(server) = RedisServer::start("hybrid join") else {
+        return;
+    };
+    let fleet = fleet(&server, "join", "\"api\" = \"100/s\"\n");
+    let (first, joiner) = (&fleet[0], &fleet[1]);
+    let start = SystemClock::new().now();
+    let at = |ms: u64| Timestamp::from_unix_nanos(start.as_unix_nanos() + ms * 1_000_000);
+    for ms in [0, 2_000] {
+        first.store().sync_at(at(ms)).await;
+    }
+    joiner.store().sync_at(at(2_100)).await;
+    assert_eq!(
+        joiner.store().instances(),
+        2,
+        "the joiner counts both at once"
+    );
+    assert_eq!(
+        first.store().instances(),
+        1,
+        "the first does not know it yet"
+    );
+    let calls = server.command_calls("evalsha");
+    for _ in 0..3 {
+        assert!(joiner.check("api/192.0.2.1", 1).await.unwrap().allowed());
+    }
+    assert_eq!(
+        server.command_calls("evalsha") - calls,
+        3,
+        "no lease yet: each request decided by Redis"
+    );
+    first.store().sync_at(at(4_000)).await;
+    assert_eq!(first.store().instances(), 2, "the first counts the joiner");
+    joiner.store().sync_at(at(4_100)).await;
+    let calls = server.command_calls("evalsha");
+    for _ in 0..3 {
+        assert!(joiner.check("api/192.0.2.2", 1).await.unwrap().allowed());
+    }
+    assert_eq!(
+        server.command_calls("evalsha") - calls,
+        1,
+        "one lease call, then spent locally"
+    );
+}

@@ -45,6 +45,8 @@ pub(super) struct Hybrid {
     pub(super) peers: AtomicU64,
     /// When (decision clock, ns) the last heartbeat was sent; 0: never.
     pub(super) last_heartbeat: AtomicU64,
+    /// Heartbeats Redis answered.
+    pub(super) heartbeats: AtomicU64,
     pub(super) running: AtomicBool,
     /// The latest decision time seen, and when: the background task's clock.
     pub(super) seen: Mutex<Option<(Timestamp, Instant)>>,
@@ -68,6 +70,7 @@ impl Hybrid {
             ),
             peers: AtomicU64::new(0),
             last_heartbeat: AtomicU64::new(0),
+            heartbeats: AtomicU64::new(0),
             running: AtomicBool::new(false),
             seen: Mutex::new(None),
             heartbeat: redis::Script::new(HEARTBEAT),
@@ -80,6 +83,14 @@ impl Hybrid {
     /// Instances sharing the Redis, as last counted (0: not yet).
     pub(super) fn peers(&self) -> u64 {
         self.peers.load(Ordering::Relaxed)
+    }
+
+    /// Whether the other instances count this one by now: it has had two heartbeats, a
+    /// heartbeat period apart, so each of them has had one since it first announced
+    /// itself. Until then it leases nothing (the others' shares are still of the old
+    /// count).
+    pub(super) fn known_to_others(&self) -> bool {
+        self.heartbeats.load(Ordering::Relaxed) >= 2
     }
 
     /// The background task's "now": the latest decision time plus the time since.

@@ -32,8 +32,10 @@
 //! sync_interval` tokens. Over any span, hybrid admits at most the strict limit plus one
 //! `sync_interval` of the rate (at `1000/s` and 100 ms: 100 tokens); over a long run, no
 //! more than the limit. A fresh client's burst spread over every instance is bounded by
-//! the burst itself. (The instance count comes from the heartbeat: for up to a second
-//! after an instance joins, the others may still divide by the old count.)
+//! the burst itself. (The instance count comes from the heartbeat. An instance that
+//! joins leases nothing until its second heartbeat, two seconds after its first: by then
+//! the others have had a heartbeat of their own since it announced itself, and divide by
+//! the new count. Until then its requests are decided by Redis one by one.)
 //!
 //! # Settlements, and when Redis fails
 //!
@@ -160,7 +162,12 @@ impl Inner {
                 request.shaping,
             )
         } else {
-            let peers = hybrid.peers();
+            // Not before the others count this instance (see the bound above).
+            let peers = if hybrid.known_to_others() {
+                hybrid.peers()
+            } else {
+                0
+            };
             let terms = LeaseTerms {
                 shares: peers,
                 cap: if lease {
@@ -274,18 +281,19 @@ impl Inner {
         }
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
+            // The first round at once: the instance announces itself (and counts the
+            // others) before it leases anything.
             loop {
-                let interval = match weak.upgrade() {
-                    Some(inner) => inner.settings.load().sync_interval,
-                    None => return,
+                let interval = {
+                    let Some(inner) = weak.upgrade() else {
+                        return;
+                    };
+                    if let Some(now) = inner.hybrid.now() {
+                        inner.sync_round(now).await;
+                    }
+                    inner.settings.load().sync_interval
                 };
                 tokio::time::sleep(interval).await;
-                let Some(inner) = weak.upgrade() else {
-                    return;
-                };
-                if let Some(now) = inner.hybrid.now() {
-                    inner.sync_round(now).await;
-                }
             }
         });
     }
@@ -406,6 +414,7 @@ impl Inner {
         let wait = settings.timeout.max(Duration::from_millis(250));
         if let Ok(Ok(count)) = tokio::time::timeout(wait, call).await {
             let count = count.max(1);
+            hybrid.heartbeats.fetch_add(1, Ordering::Relaxed);
             hybrid.peers.store(count, Ordering::Relaxed);
             hybrid.instances.set(count as f64);
         }
