@@ -812,13 +812,15 @@ impl Row {
 /// Runs `fault` (injected at `FAULT_AT`, undone `FAULT_FOR` later) against two gateways
 /// in `mode`, and measures.
 fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
+    // "hybrid, 4 gateways": the same mode across more instances.
+    let gateways = if mode.ends_with("4 gateways") { 4 } else { 2 };
     let relayed = matches!(fault, "slow" | "stalled");
     let mut topology = if matches!(fault, "sentinel failover" | "master killed") {
-        Topology::sentinel(2, store)
+        Topology::sentinel(gateways, store)
     } else if fault.contains("cluster master") {
-        Topology::cluster(2, store)
+        Topology::cluster(gateways, store)
     } else {
-        Topology::single(2, store, relayed)
+        Topology::single(gateways, store, relayed)
     };
     if fault.ends_with("coverage not required") {
         for port in 7000..7006 {
@@ -933,7 +935,7 @@ fn measure(fault: &'static str, mode: &'static str, store: &str) -> Row {
             ),
             admitted <= allowed && wrongly_refused <= partitioned_offered,
         ),
-        ("partition" | "slow" | "stalled", "hybrid") => {
+        ("partition" | "slow" | "stalled", "hybrid" | "hybrid, 4 gateways") => {
             let extra = RATE + (RATE * cut_ms).div_ceil(1_000);
             (
                 format!("≤ allowed + one instance's own budget while cut off ({extra})"),
@@ -1027,6 +1029,10 @@ fn faults_against_a_single_redis_stay_within_each_modes_bound() {
         cases.extend([
             ("none", "remote", ""),
             ("none", "hybrid", "sync = \"local\""),
+            ("none", "hybrid, 4 gateways", "sync = \"local\""),
+            ("partition", "hybrid, 4 gateways", "sync = \"local\""),
+            ("master killed", "hybrid", "sync = \"local\""),
+            ("cluster master killed", "hybrid", "sync = \"local\""),
             ("sentinel failover", "local", "on_backend_error = \"local\""),
             ("master killed", "local", "on_backend_error = \"local\""),
             ("master killed", "deny", "on_backend_error = \"deny\""),
