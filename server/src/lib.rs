@@ -46,6 +46,7 @@ mod signals;
 mod startup;
 pub mod suggest;
 pub mod tls;
+mod upstream;
 
 use std::future::Future;
 use std::net::SocketAddr;

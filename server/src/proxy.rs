@@ -34,6 +34,7 @@ use tokio::net::TcpListener;
 use super::server::{json_error, serve_http};
 use super::settings::{DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT};
 use super::tls::{TlsAcceptor, TlsError};
+use super::upstream::Http1Pool;
 use hyper_rustls::HttpsConnector;
 use tollgate::store::Store;
 use tollgate::{Limits, RateLimitLayer};
@@ -131,18 +132,20 @@ pub async fn serve_with<St: Store>(
 #[derive(Clone, Debug)]
 pub struct Proxy {
     client: UpstreamClient,
+    /// The upstream's `Host`.
+    host: HeaderValue,
     upstream: Uri,
     timeout: Duration,
     /// `X-Forwarded-Proto`: how the client reached the proxy.
     forwarded_proto: HeaderValue,
 }
 
-/// The pooled client: plain for an `http://` upstream (no TLS layer in its way), TLS for
-/// an `https://` one.
+/// The pooled client: for an `http://` upstream, connections of our own driven by each
+/// request's task (`upstream`); for an `https://` one, hyper-util's client over rustls.
 #[derive(Clone, Debug)]
 enum UpstreamClient {
-    Http(Client<HttpConnector, Body>),
-    Https(Client<HttpsConnector<HttpConnector>, Body>),
+    Http(Arc<Http1Pool>),
+    Https(Box<Client<HttpsConnector<HttpConnector>, Body>>),
 }
 
 const HOP_BY_HOP_COUNT: usize = 8;
@@ -189,12 +192,24 @@ impl Proxy {
                 .https_only()
                 .enable_http1()
                 .wrap_connector(connector);
-            UpstreamClient::Https(builder().build(connector))
+            UpstreamClient::Https(Box::new(builder().build(connector)))
         } else {
-            UpstreamClient::Http(builder().build(connector))
+            let host = options.upstream.host().unwrap_or("127.0.0.1");
+            let port = options.upstream.port_u16().unwrap_or(80);
+            UpstreamClient::Http(Arc::new(Http1Pool::new(
+                host,
+                port,
+                Duration::from_secs(60),
+            )))
         };
+        let host = options
+            .upstream
+            .authority()
+            .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok())
+            .unwrap_or_else(|| HeaderValue::from_static("localhost"));
         Ok(Proxy {
             client,
+            host,
             upstream: options.upstream.clone(),
             timeout: options.upstream_timeout,
             forwarded_proto: HeaderValue::from_static(if options.tls.is_some() {
@@ -228,12 +243,33 @@ impl Proxy {
         parts
             .headers
             .insert(X_FORWARDED_PROTO, self.forwarded_proto.clone());
-        let request = Request::from_parts(parts, body);
-        let sent = match &self.client {
-            UpstreamClient::Http(client) => client.request(request),
-            UpstreamClient::Https(client) => client.request(request),
-        };
-        match tokio::time::timeout(self.timeout, sent).await {
+        match &self.client {
+            UpstreamClient::Http(pool) => {
+                // Origin form on a connection of our own: the path, and `Host` set here.
+                parts.uri = parts
+                    .uri
+                    .path_and_query()
+                    .cloned()
+                    .map_or_else(|| Uri::from_static("/"), Uri::from);
+                parts.headers.insert(header::HOST, self.host.clone());
+                let sent = pool.send(Request::from_parts(parts, body));
+                self.answer(tokio::time::timeout(self.timeout, sent).await, Body::new)
+            }
+            UpstreamClient::Https(client) => {
+                let sent = client.request(Request::from_parts(parts, body));
+                self.answer(tokio::time::timeout(self.timeout, sent).await, Body::new)
+            }
+        }
+    }
+
+    /// The client's response, hop-by-hop headers dropped, or a 504 (`sent` timed out) or
+    /// 502 (it failed).
+    fn answer<B, E: std::fmt::Display>(
+        &self,
+        sent: Result<Result<http::Response<B>, E>, tokio::time::error::Elapsed>,
+        body: impl FnOnce(B) -> Body,
+    ) -> Response {
+        match sent {
             Err(_) => {
                 tracing::warn!(upstream = %self.upstream, timeout = ?self.timeout, "upstream timed out");
                 json_error(StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
@@ -243,9 +279,9 @@ impl Proxy {
                 json_error(StatusCode::BAD_GATEWAY, "upstream_unavailable")
             }
             Ok(Ok(response)) => {
-                let (mut parts, body) = response.into_parts();
+                let (mut parts, inner) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
-                Response::from_parts(parts, Body::new(body))
+                Response::from_parts(parts, body(inner))
             }
         }
     }
