@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
 # What tollgate costs on the request path, beside what people would use instead, in one run:
-# the table of issue 23 (BENCHMARKS.md, "Overhead against tower_governor and nginx").
+# the table of issues 23 and 39 (BENCHMARKS.md, "Round two against nginx and
+# tower_governor").
 #
 #   bash loadtest/overhead.sh                  # everything, ~15 minutes
 #   PARTS="layer" bash loadtest/overhead.sh    # only the callgrind rows (~5 minutes)
 #
-# PARTS (default "layer gateway decision"; add "profile" for the fourth) picks the parts:
+# PARTS (default "layer gateway decision"; add "profile" and "contention") picks the parts:
 #
 # - layer: instructions per request under callgrind (loadtest/axum.sh, MEASURE=instructions)
 #   for bare axum "hello", behind tollgate (IETF headers; headers = "none") and behind
-#   tower_governor (built in the same run, from the same Cargo.lock), never and mostly
-#   denying; each limiter's cost is its count minus bare's.
+#   tower_governor (with its headers, `use_headers`, and bare; built in the same run, from
+#   the same Cargo.lock), never and mostly denying; each limiter's cost is its count minus
+#   bare's.
 # - gateway: the example gateway beside Debian's nginx `limit_req` in front of the same
 #   upstream (server/loadtest/gateway.sh): proxy CPU time per request (user + system from
 #   /proc/<pid>/stat, which leaves out time stolen by the hypervisor), never and mostly
 #   denying. The steal the whole machine saw during that part is printed beside it.
 # - profile: the gateway under callgrind proxying to nginx, instructions per proxied request
 #   by crate and by function (loadtest/profile.py; KEEP=dir keeps the callgrind files).
-# - decision: criterion, the whole per-request decision at 100,000 and 1,000,000 live
-#   clients beside governor's keyed `check_key` (benches/decision.rs).
+# - decision: criterion, the whole per-request decision at 1, 100,000 and 1,000,000 live
+#   clients beside governor's keyed `check_key` (benches/decision.rs); the store's part is
+#   each side's figure minus its one-client figure.
+# - contention: threads on one key and on many, tollgate beside governor
+#   (benches/contention.rs), printed as it runs.
 #
 # ROUNDS, DURATION, CONNECTIONS and REQUESTS go to the scripts above. Needs valgrind, wrk,
 # nginx and taskset (apt-get install -y valgrind wrk nginx util-linux).
@@ -36,7 +41,7 @@ if [[ $PARTS == *layer* ]]; then
   echo "== layer: callgrind, instructions per request (loadtest/axum.sh)"
   keep=${KEEP:-$out/callgrind}
   MEASURE=instructions KEEP="$keep" \
-    VARIANTS="bare never,tollgate never,tollgate-no-headers never,governor never,tollgate deny,governor deny" \
+    VARIANTS="bare never,tollgate never,tollgate-no-headers never,governor never,governor-headers never,tollgate deny,governor deny" \
     bash loadtest/axum.sh | tee "$out/layer"
   if command -v python3 >/dev/null; then
     r=${REQUESTS:-5000}
@@ -112,11 +117,17 @@ if [[ $PARTS == *decision* ]]; then
   cargo bench --bench decision --no-run 2>&1 | tail -1
   : > "$out/decision"
   for round in $(seq "${ROUNDS:-3}"); do
-    for side in "decision/rules=10/clients=(100000|1000000)" "governor/clients=(100000|1000000)"; do
+    for side in "decision/rules=10/clients=(1|100000|1000000)" "governor/clients=(1|100000|1000000)"; do
       cargo bench --bench decision -- "^$side\$" --warm-up-time 2 --measurement-time 4 2>&1 \
         | grep -E "^(decision|governor)/|time:" | tee -a "$out/decision"
     done
   done
+fi
+
+if [[ $PARTS == *contention* ]]; then
+  echo
+  echo "== contention: threads on one key and on many (benches/contention.rs)"
+  cargo bench --bench contention 2>&1 | grep -E "^(contention|\|)" | tee "$out/contention"
 fi
 
 # The summary table.
@@ -140,9 +151,10 @@ echo "| measure | tollgate | anchor | ratio |"
 echo "|---|---|---|---|"
 if [ -f "$out/layer" ]; then
   t=$(added tollgate); n=$(added tollgate-no-headers); g=$(added governor)
+  gh=$(added governor-headers)
   td=$(added tollgate-denying); gd=$(added governor-denying)
-  echo "| instructions added per admitted request, IETF headers on | +$t | tower_governor +$g | $(ratio "$t" "$g") |"
-  echo "| the same, \`headers = \"none\"\` | +$n | tower_governor +$g | $(ratio "$n" "$g") |"
+  echo "| instructions added per admitted request, rate-limit headers on both sides | +$t | tower_governor \`use_headers\` +$gh | $(ratio "$t" "$gh") |"
+  echo "| the same, bare (\`headers = \"none\"\`) | +$n | tower_governor +$g | $(ratio "$n" "$g") |"
   echo "| instructions added per denied request | +$td | tower_governor +$gd | $(ratio "$td" "$gd") |"
 fi
 if [ -f "$out/gateway" ]; then
@@ -151,8 +163,15 @@ if [ -f "$out/gateway" ]; then
   echo "| gateway CPU per request, never denying | $gn µs | nginx \`limit_req\` $nn µs | $(ratio "$gn" "$nn") |"
   echo "| gateway CPU per request, mostly denying | $gm µs | nginx $nm µs | $(ratio "$gm" "$nm") |"
 fi
+if [ -f "$out/profile" ]; then
+  echo "| gateway instructions per proxied request (callgrind) | $(awk '/instructions per request/ { print $1; exit }' "$out/profile") | | |"
+fi
 if [ -f "$out/decision" ]; then
   t1=$(median_ns "decision/rules=10/clients=100000"); g1=$(median_ns "governor/clients=100000")
   t2=$(median_ns "decision/rules=10/clients=1000000"); g2=$(median_ns "governor/clients=1000000")
   echo "| decision at 100k / 1M live clients (criterion) | $t1 / $t2 ns | governor \`check_key\` $g1 / $g2 ns | $(ratio "$t1" "$g1") / $(ratio "$t2" "$g2") |"
+  t0=$(median_ns "decision/rules=10/clients=1"); g0=$(median_ns "governor/clients=1")
+  minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", a - b }'; }
+  ts1=$(minus "$t1" "$t0"); gs1=$(minus "$g1" "$g0"); ts2=$(minus "$t2" "$t0"); gs2=$(minus "$g2" "$g0")
+  echo "| the store's part: the same minus one live client | +$ts1 / +$ts2 ns | governor +$gs1 / +$gs2 ns | $(ratio "$ts1" "$gs1") / $(ratio "$ts2" "$gs2") |"
 fi
