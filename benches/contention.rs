@@ -76,10 +76,13 @@ fn main() {
     let per_thread = env("DECISIONS", 400_000);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("contention: {cores} cores, {rounds} rounds of {per_thread} decisions a thread");
-    println!("| keys | threads | tollgate decisions/s | governor decisions/s | tollgate ÷ governor |");
+    println!(
+        "| keys | threads | tollgate decisions/s | governor decisions/s | tollgate ÷ governor |"
+    );
     println!("|---|---|---|---|---|");
     for keys in [1usize, 100_000] {
-        let limits = Arc::new(Limits::from_toml(&format!("[limits]\n\"/\" = \"{GENEROUS}\"\n")).unwrap());
+        let limits =
+            Arc::new(Limits::from_toml(&format!("[limits]\n\"/\" = \"{GENEROUS}\"\n")).unwrap());
         let governor = Arc::new(RateLimiter::keyed(governor::Quota::per_second(
             std::num::NonZeroU32::new(1_000_000_000).unwrap(),
         )));
@@ -89,7 +92,11 @@ fn main() {
                 let mut request = Request::get("/api/search").body(()).unwrap();
                 let peer = SocketAddr::new(client((i % keys) as u32), 40_000);
                 request.extensions_mut().insert(PeerAddr(peer));
-                black_box(settle(limits.check_request(&request).unwrap()).unwrap().allowed());
+                black_box(
+                    settle(limits.check_request(&request).unwrap())
+                        .unwrap()
+                        .allowed(),
+                );
             })
         };
         let governor_decide: Arc<dyn Fn(usize) + Send + Sync> = {
