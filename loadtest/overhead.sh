@@ -45,7 +45,7 @@ if [[ $PARTS == *layer* ]]; then
     bash loadtest/axum.sh | tee "$out/layer"
   if command -v python3 >/dev/null; then
     r=${REQUESTS:-5000}
-    for variant in tollgate governor; do
+    for variant in tollgate tollgate-no-headers governor; do
       echo
       echo "== layer: what $variant adds over bare axum, by function (loadtest/profile.py)"
       python3 loadtest/profile.py "$keep/callgrind.$variant.$r" "$keep/callgrind.$variant.$((2 * r))" "$r" 20 \

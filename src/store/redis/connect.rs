@@ -1,9 +1,13 @@
 //! The `redis` crate's clients as `[store]` describes them: the user and password from
 //! [`RedisConnection`], TLS for `rediss://` (a CA file or the system's roots, a client
 //! certificate: feature `tls`, rustls), and for Sentinel, the sentinels and the master's
-//! name. Certificate files are read here, when the store is made.
+//! name; and the multiplexed connections to one server, with the store's timeouts.
+//! Certificate files are read here, when the store is made.
+
+use std::time::Duration;
 
 use redis::IntoConnectionInfo;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 
@@ -189,4 +193,39 @@ fn certificates(tls: &RedisTls) -> Made<redis::TlsCertificates> {
         client_tls,
         root_cert,
     })
+}
+
+/// `settings.connections` multiplexed connections to the server `client` names, each
+/// reconnecting by itself.
+pub(super) fn managers(
+    client: &redis::Client,
+    settings: &RedisSettings,
+) -> redis::RedisResult<Vec<ConnectionManager>> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(connection_timeout(settings)))
+        .set_response_timeout(Some(response_timeout(settings)))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(500));
+    (0..settings.connections.max(1))
+        .map(|_| ConnectionManager::new_lazy_with_config(client.clone(), config.clone()))
+        .collect()
+}
+
+/// How long a connection waits for a reply: the decision timeout (every caller also
+/// bounds its own wait by it). In hybrid mode, at least a second: a lease call whose
+/// request stopped waiting still charged Redis, and its late reply is kept (see
+/// `hybrid::sync`), so the connection must not drop it.
+pub(super) fn response_timeout(settings: &RedisSettings) -> Duration {
+    if settings.sync == crate::config::SyncMode::Local {
+        settings.timeout.max(Duration::from_secs(1))
+    } else {
+        settings.timeout
+    }
+}
+
+/// How long making a connection may take: the decision timeout, but at least 250 ms (a
+/// connection outlives the decision that made it).
+pub(super) fn connection_timeout(settings: &RedisSettings) -> Duration {
+    settings.timeout.max(Duration::from_millis(250))
 }

@@ -21,8 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use redis::aio::ConnectionManager;
 
-use super::connect;
-use super::pool::managers;
+use super::connect::{self, managers};
 use super::shards::{Shards, slot_of};
 use crate::config::{RedisConnection, RedisSettings};
 

@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::connect::{connection_timeout, managers, response_timeout};
 use super::masters::Masters;
 use super::scripts::SCRIPT;
 use super::shards::Shards;
@@ -441,39 +442,4 @@ impl Pool {
     pub(super) fn script_hash(&self) -> &str {
         self.script.get_hash()
     }
-}
-
-/// `settings.connections` multiplexed connections to the server `client` names, each
-/// reconnecting by itself.
-pub(super) fn managers(
-    client: &redis::Client,
-    settings: &RedisSettings,
-) -> redis::RedisResult<Vec<ConnectionManager>> {
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(connection_timeout(settings)))
-        .set_response_timeout(Some(response_timeout(settings)))
-        .set_number_of_retries(2)
-        .set_min_delay(Duration::from_millis(20))
-        .set_max_delay(Duration::from_millis(500));
-    (0..settings.connections.max(1))
-        .map(|_| ConnectionManager::new_lazy_with_config(client.clone(), config.clone()))
-        .collect()
-}
-
-/// How long a connection waits for a reply: the decision timeout (every caller also
-/// bounds its own wait by it). In hybrid mode, at least a second: a lease call whose
-/// request stopped waiting still charged Redis, and its late reply is kept (see
-/// `hybrid::sync`), so the connection must not drop it.
-fn response_timeout(settings: &RedisSettings) -> Duration {
-    if settings.sync == crate::config::SyncMode::Local {
-        settings.timeout.max(Duration::from_secs(1))
-    } else {
-        settings.timeout
-    }
-}
-
-/// How long making a connection may take: the decision timeout, but at least 250 ms (a
-/// connection outlives the decision that made it).
-fn connection_timeout(settings: &RedisSettings) -> Duration {
-    settings.timeout.max(Duration::from_millis(250))
 }
