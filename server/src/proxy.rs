@@ -34,7 +34,10 @@ use tokio::net::TcpListener;
 use super::server::{json_error, serve_http};
 use super::settings::{DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT};
 use super::tls::{TlsAcceptor, TlsError};
-use super::upstream::Http1Pool;
+use super::upstream::{Http1Pool, UpstreamError};
+
+/// The upstream sent no response head in time.
+struct TimedOut;
 use hyper_rustls::HttpsConnector;
 use tollgate::store::Store;
 use tollgate::{Limits, RateLimitLayer};
@@ -200,6 +203,7 @@ impl Proxy {
                 host,
                 port,
                 Duration::from_secs(60),
+                options.upstream_timeout,
             )))
         };
         let host = options
@@ -252,12 +256,20 @@ impl Proxy {
                     .cloned()
                     .map_or_else(|| Uri::from_static("/"), Uri::from);
                 parts.headers.insert(header::HOST, self.host.clone());
-                let sent = pool.send(Request::from_parts(parts, body));
-                self.answer(tokio::time::timeout(self.timeout, sent).await, Body::new)
+                // The pool bounds the wait itself (a timer per connection).
+                let sent = match pool.send(Request::from_parts(parts, body)).await {
+                    Ok(response) => Ok(Ok(response)),
+                    Err(UpstreamError::TimedOut(_)) => Err(TimedOut),
+                    Err(failure) => Ok(Err(failure)),
+                };
+                self.answer(sent, Body::new)
             }
             UpstreamClient::Https(client) => {
                 let sent = client.request(Request::from_parts(parts, body));
-                self.answer(tokio::time::timeout(self.timeout, sent).await, Body::new)
+                let sent = tokio::time::timeout(self.timeout, sent)
+                    .await
+                    .map_err(|_| TimedOut);
+                self.answer(sent, Body::new)
             }
         }
     }
@@ -266,11 +278,11 @@ impl Proxy {
     /// 502 (it failed).
     fn answer<B, E: std::fmt::Display>(
         &self,
-        sent: Result<Result<http::Response<B>, E>, tokio::time::error::Elapsed>,
+        sent: Result<Result<http::Response<B>, E>, TimedOut>,
         body: impl FnOnce(B) -> Body,
     ) -> Response {
         match sent {
-            Err(_) => {
+            Err(TimedOut) => {
                 tracing::warn!(upstream = %self.upstream, timeout = ?self.timeout, "upstream timed out");
                 json_error(StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
             }

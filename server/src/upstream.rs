@@ -13,6 +13,10 @@
 //! next request takes it (and finds out then, without sending, whether the upstream
 //! closed it meanwhile). A body dropped before its end closes its connection: the rest of
 //! the response is still on it.
+//!
+//! The wait for a response head is bounded by a timer each connection keeps: a request
+//! moves its deadline later, which tokio does in place, without touching its timer wheel
+//! (a timer made and dropped per request went through the wheel twice).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,6 +33,7 @@ use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 
 /// Idle connections kept at most; more are closed.
 const MAX_IDLE: usize = 256;
@@ -42,6 +47,8 @@ struct Pooled {
     connection: Pin<Box<Link>>,
     /// When it went idle.
     since: Instant,
+    /// The deadline of the request on it, kept from one request to the next.
+    deadline: Pin<Box<Sleep>>,
 }
 
 impl Pooled {
@@ -70,6 +77,9 @@ pub(crate) enum UpstreamError {
     /// The HTTP exchange failed.
     #[error("{0}")]
     Http(#[from] hyper::Error),
+    /// No response head within the timeout.
+    #[error("no response within {0:?}")]
+    TimedOut(Duration),
 }
 
 /// Connections to one `host:port`, kept alive.
@@ -78,6 +88,7 @@ pub(crate) struct Http1Pool {
     port: u16,
     idle: Mutex<Vec<Pooled>>,
     idle_timeout: Duration,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Http1Pool {
@@ -92,8 +103,14 @@ impl std::fmt::Debug for Http1Pool {
 
 impl Http1Pool {
     /// A pool of connections to `host:port`, closing those idle longer than
-    /// `idle_timeout`.
-    pub(crate) fn new(host: &str, port: u16, idle_timeout: Duration) -> Http1Pool {
+    /// `idle_timeout`, waiting at most `timeout` for a response head (connecting
+    /// included).
+    pub(crate) fn new(
+        host: &str,
+        port: u16,
+        idle_timeout: Duration,
+        timeout: Duration,
+    ) -> Http1Pool {
         Http1Pool {
             host: host
                 .trim_start_matches('[')
@@ -102,6 +119,7 @@ impl Http1Pool {
             port,
             idle: Mutex::new(Vec::new()),
             idle_timeout,
+            timeout,
         }
     }
 
@@ -111,22 +129,38 @@ impl Http1Pool {
         self: &Arc<Self>,
         mut request: Request<Body>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
         loop {
             let (mut pooled, reused) = match self.take() {
                 Some(pooled) => (pooled, true),
-                None => (self.connect().await?, false),
+                None => match tokio::time::timeout_at(deadline, self.connect()).await {
+                    Ok(made) => (made?, false),
+                    Err(_) => return Err(UpstreamError::TimedOut(self.timeout)),
+                },
             };
-            let mut sent = std::pin::pin!(pooled.sender.try_send_request(request));
+            pooled.deadline.as_mut().reset(deadline);
+            let Pooled {
+                sender,
+                connection,
+                deadline: timer,
+                ..
+            } = &mut pooled;
+            let mut sent = std::pin::pin!(sender.try_send_request(request));
             let mut ended = false;
             let answer = std::future::poll_fn(|cx| {
                 if !ended {
-                    ended = pooled.connection.as_mut().poll(cx).is_ready();
+                    ended = connection.as_mut().poll(cx).is_ready();
                 }
-                sent.as_mut().poll(cx)
+                match sent.as_mut().poll(cx) {
+                    Poll::Ready(answer) => Poll::Ready(Some(answer)),
+                    Poll::Pending => timer.as_mut().poll(cx).map(|()| None),
+                }
             })
             .await;
             match answer {
-                Ok(response) => {
+                // The request is on the connection, unanswered: both go.
+                None => return Err(UpstreamError::TimedOut(self.timeout)),
+                Some(Ok(response)) => {
                     let (parts, body) = response.into_parts();
                     let body = UpstreamBody {
                         body,
@@ -135,7 +169,7 @@ impl Http1Pool {
                     };
                     return Ok(Response::from_parts(parts, body));
                 }
-                Err(mut failed) => match failed.take_message() {
+                Some(Err(mut failed)) => match failed.take_message() {
                     // Not sent: the upstream had closed the idle connection. Once more,
                     // on another.
                     Some(unsent) if reused => request = unsent,
@@ -188,6 +222,7 @@ impl Http1Pool {
             sender,
             connection: Box::pin(connection),
             since: Instant::now(),
+            deadline: Box::pin(tokio::time::sleep(self.timeout)),
         })
     }
 }
@@ -309,7 +344,12 @@ mod tests {
     #[tokio::test]
     async fn a_connection_read_to_its_end_is_used_again() {
         let (port, accepted) = upstream("hello", false).await;
-        let pool = Arc::new(Http1Pool::new("127.0.0.1", port, Duration::from_secs(60)));
+        let pool = Arc::new(Http1Pool::new(
+            "127.0.0.1",
+            port,
+            Duration::from_secs(60),
+            Duration::from_secs(5),
+        ));
         for _ in 0..5 {
             let response = pool.send(request()).await.unwrap();
             assert_eq!(body_of(response).await, "hello");
@@ -324,7 +364,12 @@ mod tests {
     #[tokio::test]
     async fn a_body_dropped_unread_closes_its_connection() {
         let (port, accepted) = upstream("hello", false).await;
-        let pool = Arc::new(Http1Pool::new("127.0.0.1", port, Duration::from_secs(60)));
+        let pool = Arc::new(Http1Pool::new(
+            "127.0.0.1",
+            port,
+            Duration::from_secs(60),
+            Duration::from_secs(5),
+        ));
         drop(pool.send(request()).await.unwrap());
         let response = pool.send(request()).await.unwrap();
         assert_eq!(body_of(response).await, "hello");
@@ -338,7 +383,12 @@ mod tests {
     #[tokio::test]
     async fn a_connection_the_upstream_closed_while_idle_is_not_used() {
         let (port, accepted) = upstream("bye", true).await;
-        let pool = Arc::new(Http1Pool::new("127.0.0.1", port, Duration::from_secs(60)));
+        let pool = Arc::new(Http1Pool::new(
+            "127.0.0.1",
+            port,
+            Duration::from_secs(60),
+            Duration::from_secs(5),
+        ));
         for _ in 0..3 {
             let response = pool.send(request()).await.unwrap();
             assert_eq!(body_of(response).await, "bye");
@@ -349,11 +399,49 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_upstream_that_never_answers_times_out_and_its_connection_is_not_kept() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::Relaxed);
+                held.push(stream); // read nothing, answer nothing
+            }
+        });
+        let timeout = Duration::from_millis(200);
+        let pool = Arc::new(Http1Pool::new(
+            "127.0.0.1",
+            port,
+            Duration::from_secs(60),
+            timeout,
+        ));
+        for _ in 0..2 {
+            let began = Instant::now();
+            let failed = pool.send(request()).await.err().unwrap();
+            assert!(matches!(failed, UpstreamError::TimedOut(_)), "{failed}");
+            assert!(began.elapsed() >= timeout);
+        }
+        assert_eq!(
+            accepted.load(Ordering::Relaxed),
+            2,
+            "a connection with a request unanswered is never used again"
+        );
+    }
+
+    #[tokio::test]
     async fn an_upstream_that_is_not_there_is_a_connect_error() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let pool = Arc::new(Http1Pool::new("127.0.0.1", port, Duration::from_secs(60)));
+        let pool = Arc::new(Http1Pool::new(
+            "127.0.0.1",
+            port,
+            Duration::from_secs(60),
+            Duration::from_secs(5),
+        ));
         let failed = pool.send(request()).await.err().unwrap();
         assert!(matches!(failed, UpstreamError::Connect { .. }), "{failed}");
     }
