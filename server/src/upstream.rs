@@ -329,6 +329,16 @@ mod tests {
         (port, accepted)
     }
 
+    /// A pool to the upstream on `port`, waiting 5 s for a response.
+    fn pool_to(port: u16) -> Arc<Http1Pool> {
+        Arc::new(Http1Pool::new(
+            "127.0.0.1",
+            port,
+            Duration::from_secs(60),
+            Duration::from_secs(5),
+        ))
+    }
+
     fn request() -> Request<Body> {
         Request::builder()
             .uri("/")
@@ -344,12 +354,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_read_to_its_end_is_used_again() {
         let (port, accepted) = upstream("hello", false).await;
-        let pool = Arc::new(Http1Pool::new(
-            "127.0.0.1",
-            port,
-            Duration::from_secs(60),
-            Duration::from_secs(5),
-        ));
+        let pool = pool_to(port);
         for _ in 0..5 {
             let response = pool.send(request()).await.unwrap();
             assert_eq!(body_of(response).await, "hello");
@@ -364,12 +369,7 @@ mod tests {
     #[tokio::test]
     async fn a_body_dropped_unread_closes_its_connection() {
         let (port, accepted) = upstream("hello", false).await;
-        let pool = Arc::new(Http1Pool::new(
-            "127.0.0.1",
-            port,
-            Duration::from_secs(60),
-            Duration::from_secs(5),
-        ));
+        let pool = pool_to(port);
         drop(pool.send(request()).await.unwrap());
         let response = pool.send(request()).await.unwrap();
         assert_eq!(body_of(response).await, "hello");
@@ -383,12 +383,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_the_upstream_closed_while_idle_is_not_used() {
         let (port, accepted) = upstream("bye", true).await;
-        let pool = Arc::new(Http1Pool::new(
-            "127.0.0.1",
-            port,
-            Duration::from_secs(60),
-            Duration::from_secs(5),
-        ));
+        let pool = pool_to(port);
         for _ in 0..3 {
             let response = pool.send(request()).await.unwrap();
             assert_eq!(body_of(response).await, "bye");
@@ -436,12 +431,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let pool = Arc::new(Http1Pool::new(
-            "127.0.0.1",
-            port,
-            Duration::from_secs(60),
-            Duration::from_secs(5),
-        ));
+        let pool = pool_to(port);
         let failed = pool.send(request()).await.err().unwrap();
         assert!(matches!(failed, UpstreamError::Connect { .. }), "{failed}");
     }

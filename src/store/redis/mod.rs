@@ -418,6 +418,29 @@ impl Inner {
         }
     }
 
+    /// One call of the decision script on `key`, its reply read by `read`, within
+    /// `timeout`: a success closes `shard`'s breaker; a failure (an error, a reply not
+    /// understood, no answer in time) is described for [`call_failed`](Self::call_failed).
+    async fn decide_in_redis<T>(
+        &self,
+        shard: &Shard,
+        settings: &RedisSettings,
+        key: &str,
+        args: &[String],
+        read: impl FnOnce(&[i64]) -> Result<T, StoreError>,
+    ) -> Result<T, String> {
+        let decided = self.pool.decide(settings, key, args);
+        match tokio::time::timeout(settings.timeout, decided).await {
+            Ok(Ok(reply)) => {
+                let read = read(&reply).map_err(|error| error.to_string())?;
+                shard.breaker.succeeded();
+                Ok(read)
+            }
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => Err(format!("no answer within {:?}", settings.timeout)),
+        }
+    }
+
     /// A call to Redis for `shard` failed: the breaker counts it, it is reported, and on a
     /// cluster the slot table is read again soon.
     fn call_failed(self: &Arc<Self>, shard: &Shard, settings: &RedisSettings, failure: &str) {
@@ -534,26 +557,25 @@ impl Store for RedisStore {
         );
         let held = matches!(request.mode, CheckMode::Consume | CheckMode::Session);
         Box::pin(async move {
-            let decided = inner.pool.decide(&settings, &key, &args);
-            let outcome = tokio::time::timeout(settings.timeout, decided).await;
-            let failure = match outcome {
-                Ok(Ok(reply)) => match decision_from(
-                    &reply,
-                    owned.algorithm,
-                    &owned.quotas,
-                    held.then_some(&owned.shaping),
-                ) {
-                    Ok(decision) => {
-                        shard.breaker.succeeded();
-                        return Ok(decision);
-                    }
-                    Err(error) => error.to_string(),
-                },
-                Ok(Err(error)) => error.to_string(),
-                Err(_) => format!("no answer within {:?}", settings.timeout),
-            };
-            inner.call_failed(&shard, &settings, &failure);
-            Ok(inner.fallback(&owned, settings.on_backend_error, settings.breaker_cooldown))
+            let shaping = held.then_some(&owned.shaping);
+            let read =
+                |reply: &[i64]| decision_from(reply, owned.algorithm, &owned.quotas, shaping);
+            match inner
+                .decide_in_redis(&shard, &settings, &key, &args, read)
+                .await
+            {
+                Ok(decision) => Ok(decision),
+                Err(failure) => {
+                    inner.call_failed(&shard, &settings, &failure);
+                    Ok(
+                        inner.fallback(
+                            &owned,
+                            settings.on_backend_error,
+                            settings.breaker_cooldown,
+                        ),
+                    )
+                }
+            }
         })
     }
 

@@ -183,22 +183,18 @@ impl Inner {
         if peek {
             // A peek charges nothing: a late reply changes nothing either.
             return Box::pin(async move {
-                let decided = inner.pool.decide(&settings, &key, &args);
-                let failure = match tokio::time::timeout(settings.timeout, decided).await {
-                    Ok(Ok(reply)) => {
-                        match decision_from(&reply, owned.algorithm, &owned.quotas, None) {
-                            Ok(decision) => {
-                                shard.breaker.succeeded();
-                                return Ok(decision);
-                            }
-                            Err(error) => error.to_string(),
-                        }
+                let read =
+                    |reply: &[i64]| decision_from(reply, owned.algorithm, &owned.quotas, None);
+                match inner
+                    .decide_in_redis(&shard, &settings, &key, &args, read)
+                    .await
+                {
+                    Ok(decision) => Ok(decision),
+                    Err(failure) => {
+                        inner.call_failed(&shard, &settings, &failure);
+                        Ok(inner.hybrid_fallback(&key, &owned, &settings, false))
                     }
-                    Ok(Err(error)) => error.to_string(),
-                    Err(_) => format!("no answer within {:?}", settings.timeout),
-                };
-                inner.call_failed(&shard, &settings, &failure);
-                Ok(inner.hybrid_fallback(&key, &owned, &settings, false))
+                }
             });
         }
         Box::pin(async move {
