@@ -1,8 +1,11 @@
 //! The reverse proxy: forwards requests to one upstream and streams the answer back.
 //!
-//! Method, path, query, headers and bodies pass through, streamed in both directions;
-//! hop-by-hop headers (RFC 9110 §7.6.1: `Connection` and the headers it names,
-//! `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) do not. The
+//! Method, path, query, headers, bodies and trailers pass through, streamed in both
+//! directions; hop-by-hop headers (RFC 9110 §7.6.1: `Connection` and the headers it names,
+//! `Keep-Alive`, `Proxy-*`, `TE`, `Transfer-Encoding`, `Upgrade`) do not. The proxy asks the
+//! upstream for trailers (`TE: trailers`) whatever the client said, so a cost in a trailer
+//! is always read (SPEC §22); they are passed on to a client that asked for them too (and
+//! the response's `Trailer` header only then). The
 //! client's address is appended to `X-Forwarded-For`, its `Host` is passed on as
 //! `X-Forwarded-Host` and the upstream gets its own `Host`. Connections to the upstream are
 //! pooled, kept alive, over TLS for an `https://` upstream (its certificate verified against
@@ -151,7 +154,9 @@ enum UpstreamClient {
     Https(Box<Client<HttpsConnector<HttpConnector>, Body>>),
 }
 
-const HOP_BY_HOP_COUNT: usize = 8;
+const HOP_BY_HOP_COUNT: usize = 7;
+/// `Trailer` is not among them (RFC 9110 §6.6.2 keeps it end to end): it names the
+/// trailer fields hyper may send after a chunked body.
 const HOP_BY_HOP: [HeaderName; HOP_BY_HOP_COUNT] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
@@ -159,9 +164,12 @@ const HOP_BY_HOP: [HeaderName; HOP_BY_HOP_COUNT] = [
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::TE,
-    header::TRAILER,
     header::TRANSFER_ENCODING,
 ];
+
+/// What the proxy says upstream: it takes trailers (and `TE` is for this hop only).
+const TE_TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
+const CONNECTION_TE: HeaderValue = HeaderValue::from_static("te");
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -237,7 +245,10 @@ impl Proxy {
         };
         parts.uri = uri;
         let original_host = parts.headers.remove(header::HOST);
+        let client_takes_trailers = accepts_trailers(&parts.headers);
         strip_hop_by_hop(&mut parts.headers);
+        parts.headers.insert(header::TE, TE_TRAILERS);
+        parts.headers.insert(header::CONNECTION, CONNECTION_TE);
         if let Some(peer) = peer {
             append_forwarded_for(&mut parts.headers, peer);
         }
@@ -262,24 +273,25 @@ impl Proxy {
                     Err(UpstreamError::TimedOut(_)) => Err(TimedOut),
                     Err(failure) => Ok(Err(failure)),
                 };
-                self.answer(sent, Body::new)
+                self.answer(sent, Body::new, client_takes_trailers)
             }
             UpstreamClient::Https(client) => {
                 let sent = client.request(Request::from_parts(parts, body));
                 let sent = tokio::time::timeout(self.timeout, sent)
                     .await
                     .map_err(|_| TimedOut);
-                self.answer(sent, Body::new)
+                self.answer(sent, Body::new, client_takes_trailers)
             }
         }
     }
 
-    /// The client's response, hop-by-hop headers dropped, or a 504 (`sent` timed out) or
-    /// 502 (it failed).
+    /// The client's response, hop-by-hop headers dropped (and `Trailer` unless the client
+    /// takes trailers), or a 504 (`sent` timed out) or 502 (it failed).
     fn answer<B, E: std::fmt::Display>(
         &self,
         sent: Result<Result<http::Response<B>, E>, TimedOut>,
         body: impl FnOnce(B) -> Body,
+        client_takes_trailers: bool,
     ) -> Response {
         match sent {
             Err(TimedOut) => {
@@ -293,6 +305,9 @@ impl Proxy {
             Ok(Ok(response)) => {
                 let (mut parts, inner) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
+                if !client_takes_trailers {
+                    parts.headers.remove(header::TRAILER);
+                }
                 Response::from_parts(parts, body(inner))
             }
         }
@@ -328,6 +343,21 @@ pub async fn handler(State(proxy): State<Arc<Proxy>>, request: Request) -> Respo
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0);
     proxy.forward(request, peer).await
+}
+
+/// Whether a request's `TE` says its client takes trailers (`TE: trailers`, RFC 9110 §10.1.4).
+fn accepts_trailers(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::TE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|coding| {
+            coding
+                .split(';')
+                .next()
+                .is_some_and(|name| name.trim().eq_ignore_ascii_case("trailers"))
+        })
 }
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {

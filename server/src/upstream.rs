@@ -256,8 +256,12 @@ impl HttpBody for UpstreamBody {
             }
             polled = Pin::new(&mut this.body).poll_frame(cx);
         }
-        if let Poll::Ready(None) = polled {
-            this.finished = true;
+        match &polled {
+            // The message ended: its trailers are its last frame (and hyper, sending them
+            // on, drops the body without polling it again).
+            Poll::Ready(None) => this.finished = true,
+            Poll::Ready(Some(Ok(frame))) if frame.is_trailers() => this.finished = true,
+            _ => {}
         }
         polled
     }

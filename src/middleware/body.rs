@@ -158,11 +158,16 @@ where
         match self.project().kind.project() {
             KindProj::Inner { mut body, permit } => {
                 let frame = body.as_mut().poll_frame(cx);
+                // Trailers are a body's last frame: hyper sends them and drops the body
+                // without polling it again, as it does a body that says it has ended.
+                let last = match &frame {
+                    Poll::Ready(Some(Ok(frame))) => frame.is_trailers() || body.is_end_stream(),
+                    _ => false,
+                };
                 match (&frame, permit.as_mut()) {
                     (Poll::Ready(Some(Ok(frame))), Some(held)) if held.observes() => {
                         held.frame(frame);
-                        // hyper stops polling a body that says it has ended.
-                        if body.is_end_stream() {
+                        if last {
                             held.body_ended();
                         }
                     }
@@ -170,7 +175,7 @@ where
                     _ => {}
                 }
                 // Sent to its end, or failed: the slot is free before the body is dropped.
-                if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
+                if last || matches!(frame, Poll::Ready(None | Some(Err(_)))) {
                     *permit = None;
                 }
                 frame

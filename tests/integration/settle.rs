@@ -129,6 +129,27 @@ async fn every_source_gives_back_the_unused_part_and_takes_the_excess() {
     assert_eq!(remaining(&limits), 943, "the last event's usage");
 }
 
+/// hyper sends a body's trailers and drops it without asking for more: trailers are the
+/// last frame, so they settle it even when nobody polls the body to its end.
+#[tokio::test]
+async fn a_trailer_settles_a_body_dropped_right_after_it() {
+    let (app, limits) = app("trailer:x-usage-tokens");
+    let response = app
+        .clone()
+        .oneshot(request("via=trailer&tokens=30"))
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    loop {
+        let frame = body.frame().await.unwrap().unwrap();
+        if frame.is_trailers() {
+            break;
+        }
+    }
+    drop(body);
+    assert_eq!(remaining(&limits), 970, "100 reserved, 30 used");
+}
+
 #[tokio::test]
 async fn a_header_figure_is_settled_before_the_headers_go_out() {
     let (app, _limits) = app("header:x-usage-tokens");

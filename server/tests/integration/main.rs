@@ -32,4 +32,5 @@ mod shaping;
 mod sigterm;
 mod support;
 mod tls;
+mod trailers;
 mod tuning;
