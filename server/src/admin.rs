@@ -52,6 +52,7 @@ use super::credentials::constant_time_eq;
 use super::readiness::Readiness;
 use super::server::{json_error, serve_http};
 use super::settings::DEFAULT_HEADER_READ_TIMEOUT;
+use super::tls::TlsAcceptor;
 
 /// Most rows one `/buckets` call returns.
 pub const MAX_ROWS: usize = 10_000;
@@ -65,6 +66,8 @@ struct AdminState<St> {
     limits: Limits<St>,
     metrics: PrometheusHandle,
     token: Option<Arc<str>>,
+    /// Every listener's TLS, for `/config`.
+    listener_tls: Arc<[Arc<TlsAcceptor>]>,
 }
 
 // By hand: a derive would demand `St: Clone`, and `Limits` is shared, not copied.
@@ -74,6 +77,7 @@ impl<St> Clone for AdminState<St> {
             limits: self.limits.clone(),
             metrics: self.metrics.clone(),
             token: self.token.clone(),
+            listener_tls: Arc::clone(&self.listener_tls),
         }
     }
 }
@@ -104,17 +108,19 @@ pub fn probes(readiness: Arc<Readiness>) -> Router {
 }
 
 /// The admin router over `limits`; `token` guards everything but the probes, the schemas
-/// and the page.
+/// and the page; `/config` shows the files and last reload error of `listener_tls`.
 pub fn router(
     limits: Limits<BackendStore>,
     metrics: PrometheusHandle,
     token: Option<String>,
     readiness: Arc<Readiness>,
+    listener_tls: Vec<Arc<TlsAcceptor>>,
 ) -> Router {
     let state = AdminState {
         limits,
         metrics,
         token: token.map(Arc::from),
+        listener_tls: listener_tls.into(),
     };
     let guarded = Router::new()
         .route("/config", get(config))
@@ -150,9 +156,11 @@ pub struct AdminOptions {
     /// long it has to finish a TLS handshake.
     pub header_read_timeout: Duration,
     /// TLS on the listener (`[gateway.tls]`); `None`: plain HTTP.
-    pub tls: Option<std::sync::Arc<crate::tls::TlsAcceptor>>,
+    pub tls: Option<Arc<TlsAcceptor>>,
     /// What `/livez` and `/readyz` report; `None`: made here, ready from the start.
     pub readiness: Option<Arc<Readiness>>,
+    /// Every listener's TLS, whose files and last failed reload `/config` shows.
+    pub listener_tls: Vec<Arc<TlsAcceptor>>,
 }
 
 impl AdminOptions {
@@ -164,6 +172,7 @@ impl AdminOptions {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             tls: None,
             readiness: None,
+            listener_tls: Vec::new(),
         }
     }
 }
@@ -196,7 +205,13 @@ pub async fn serve(
         readiness.loaded(limits.clone());
         readiness
     });
-    let app = router(limits, options.metrics, options.token, readiness);
+    let app = router(
+        limits,
+        options.metrics,
+        options.token,
+        readiness,
+        options.listener_tls,
+    );
     serve_http(
         listener,
         app,
@@ -259,6 +274,22 @@ fn config_json(state: &AdminState<BackendStore>) -> Value {
         "rules": rules_json(&rules),
         "concurrency": concurrency_json(&state.limits, &rules),
         "reloads": status.history.iter().rev().map(reload_json).collect::<Vec<_>>(),
+        "tls": state.listener_tls.iter().map(|tls| listener_tls_json(tls)).collect::<Vec<_>>(),
+    })
+}
+
+/// A listener's TLS in `/config`: its files, and the last reload that failed (while the
+/// previous certificate serves).
+fn listener_tls_json(tls: &TlsAcceptor) -> Value {
+    let files = tls.files();
+    let last_error = tls.last_error();
+    json!({
+        "listener": tls.listener(),
+        "cert_file": files.cert_file,
+        "key_file": files.key_file,
+        "client_ca_file": files.client_ca_file,
+        "last_error": last_error.as_ref().map(|(error, _)| error),
+        "last_error_at": last_error.map(|(_, at)| unix_seconds(at)),
     })
 }
 
@@ -366,7 +397,13 @@ fn source_json(source: &SourceStatus) -> Value {
 fn store_json(store: &BackendStore) -> Value {
     match store.redis() {
         Some(redis) => json!({ "backend": "redis", "breaker_open": redis.breaker_open() }),
-        None => json!({ "backend": "memory", "buckets": store.memory().len() }),
+        // The backend the config names could not be made (a certificate file that does not
+        // load, say): why, so `/config` says which file.
+        None => json!({
+            "backend": "memory",
+            "buckets": store.memory().len(),
+            "unusable": store.unusable(),
+        }),
     }
 }
 

@@ -143,6 +143,11 @@ impl Gateway {
         admin_options.header_read_timeout = resolved.header_read_timeout();
         admin_options.tls = http_tls.clone();
         admin_options.readiness = Some(Arc::clone(&readiness));
+        admin_options.listener_tls = [&http_tls, &resp_tls, &grpc_tls]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
 
         // Every front end gets the same shutdown: one send stops them all. The admin
         // listener has its own, sent once they have drained, so the probes answer

@@ -24,9 +24,12 @@ use super::ListenerTls;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TlsError {
-    /// A file could not be read or held no usable PEM.
-    #[error("{what} {}: {reason}", path.display())]
+    /// A file could not be read, held no usable PEM, or held a key no signer can use.
+    #[error("{listener} listener: {what} {}: {reason}", path.display())]
     File {
+        /// The listener whose file it is (`proxy`, `admin`, `resp`, `grpc`; `proxy` for
+        /// the proxy's `upstream_ca_file` too).
+        listener: &'static str,
         /// Which file it is (`cert_file`, …).
         what: &'static str,
         /// The file.
@@ -35,8 +38,8 @@ pub enum TlsError {
         reason: String,
     },
     /// The files were read but do not make a configuration (a key that is not the
-    /// certificate's, a CA that is no CA).
-    #[error("{listener} TLS: {reason}")]
+    /// certificate's, a CA that is no CA); the reason names the files.
+    #[error("{listener} listener TLS: {reason}")]
     Config {
         /// The listener.
         listener: &'static str,
@@ -56,6 +59,8 @@ pub struct TlsAcceptor {
     alpn: Vec<Vec<u8>>,
     current: ArcSwap<ServerConfig>,
     stamps: Mutex<Stamps>,
+    /// The last failed reload's error and when, until one succeeds.
+    last_error: Mutex<Option<(String, SystemTime)>>,
     failures: metrics::Counter,
     handshake_failures: metrics::Counter,
 }
@@ -93,6 +98,7 @@ impl TlsAcceptor {
             alpn,
             current: ArcSwap::from_pointee(config),
             stamps: Mutex::new(stamps),
+            last_error: Mutex::new(None),
             failures: metrics::counter!("tollgate_tls_reload_failures_total", "listener" => listener),
             handshake_failures: metrics::counter!("tollgate_tls_handshake_failures_total", "listener" => listener),
         }))
@@ -113,11 +119,13 @@ impl TlsAcceptor {
         match build(self.listener, &self.files, &self.alpn) {
             Ok(config) => {
                 self.current.store(Arc::new(config));
+                *self.last_error.lock() = None;
                 tracing::info!(listener = self.listener, "TLS certificate reloaded");
                 Some(Ok(()))
             }
             Err(error) => {
                 self.failures.increment(1);
+                *self.last_error.lock() = Some((error.to_string(), SystemTime::now()));
                 tracing::warn!(listener = self.listener, %error, "TLS certificate not reloaded; the previous one stays");
                 Some(Err(error))
             }
@@ -165,6 +173,22 @@ impl TlsAcceptor {
     pub fn requires_client_certificates(&self) -> bool {
         self.files.client_ca_file.is_some()
     }
+
+    /// The listener's name (`proxy`, `admin`, `resp`, `grpc`).
+    pub fn listener(&self) -> &'static str {
+        self.listener
+    }
+
+    /// The files it reads.
+    pub fn files(&self) -> &ListenerTls {
+        &self.files
+    }
+
+    /// The error of the last reload that failed, and when, while the previous
+    /// certificate still serves; `None` once a reload succeeds.
+    pub fn last_error(&self) -> Option<(String, SystemTime)> {
+        self.last_error.lock().clone()
+    }
 }
 
 fn stamps(files: &ListenerTls) -> Stamps {
@@ -191,19 +215,42 @@ fn build(
     files: &ListenerTls,
     alpn: &[Vec<u8>],
 ) -> Result<ServerConfig, TlsError> {
-    let chain = certificates(&files.cert_file, "cert_file")?;
-    let key = PrivateKeyDer::from_pem_file(&files.key_file).map_err(|error| TlsError::File {
+    let chain = certificates(listener, &files.cert_file, "cert_file")?;
+    let key_error = |reason: String| TlsError::File {
+        listener,
         what: "key_file",
         path: files.key_file.clone(),
-        reason: pem_reason(&error),
-    })?;
+        reason,
+    };
+    let key = PrivateKeyDer::from_pem_file(&files.key_file)
+        .map_err(|error| key_error(pem_reason(&error)))?;
+    // The key read as rustls will use it, and checked against the certificate here, so a
+    // failure names the file at fault rather than "the pair".
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key.clone_key())
+        .map_err(|error| key_error(format!("not a usable private key ({error})")))?;
+    rustls::sign::CertifiedKey::new(chain.clone(), signing_key)
+        .keys_match()
+        .map_err(|error| TlsError::Config {
+            listener,
+            reason: format!(
+                "key_file {} is not the key of cert_file {} ({error})",
+                files.key_file.display(),
+                files.cert_file.display()
+            ),
+        })?;
     let builder = ServerConfig::builder();
     let builder = match &files.client_ca_file {
         None => builder.with_no_client_auth(),
         Some(path) => {
             let mut roots = rustls::RootCertStore::empty();
-            for certificate in certificates(path, "client_ca_file")? {
+            for certificate in certificates(listener, path, "client_ca_file")? {
                 roots.add(certificate).map_err(|error| TlsError::File {
+                    listener,
                     what: "client_ca_file",
                     path: path.clone(),
                     reason: error.to_string(),
@@ -213,7 +260,7 @@ fn build(
                 .build()
                 .map_err(|error| TlsError::Config {
                     listener,
-                    reason: error.to_string(),
+                    reason: format!("client_ca_file {}: {error}", path.display()),
                 })?;
             builder.with_client_cert_verifier(verifier)
         }
@@ -222,7 +269,11 @@ fn build(
         .with_single_cert(chain, key)
         .map_err(|error| TlsError::Config {
             listener,
-            reason: format!("cert_file and key_file do not make a pair: {error}"),
+            reason: format!(
+                "cert_file {} and key_file {} do not make a pair: {error}",
+                files.cert_file.display(),
+                files.key_file.display()
+            ),
         })?;
     config.alpn_protocols = alpn.to_vec();
     config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(|error| TlsError::Config {
@@ -234,10 +285,12 @@ fn build(
 
 /// Every certificate in the PEM file `path`; at least one.
 pub(super) fn certificates(
+    listener: &'static str,
     path: &Path,
     what: &'static str,
 ) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let fail = |reason: String| TlsError::File {
+        listener,
         what,
         path: path.to_path_buf(),
         reason,

@@ -15,8 +15,9 @@ pub(crate) fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>,
     let mut roots = rustls::RootCertStore::empty();
     match ca_file {
         Some(path) => {
-            for certificate in certificates(path, "upstream_ca_file")? {
+            for certificate in certificates("proxy", path, "upstream_ca_file")? {
                 roots.add(certificate).map_err(|error| TlsError::File {
+                    listener: "proxy",
                     what: "upstream_ca_file",
                     path: path.to_path_buf(),
                     reason: error.to_string(),

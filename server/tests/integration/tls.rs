@@ -443,3 +443,190 @@ async fn a_tls_client_on_a_plaintext_port_gets_an_error_and_the_server_lives_on(
     let reply = get(proxy, "/hello", &[]).await;
     assert_eq!(reply.status.as_u16(), 200, "and plain HTTP still is served");
 }
+
+/// A PEM block that is a private key by its label and garbage inside: what a rotation job
+/// writing the wrong thing, or half a file, leaves behind.
+const GARBAGE_KEY: &str = "-----BEGIN PRIVATE KEY-----\n\
+    bm90IGEga2V5LCBqdXN0IHNvbWUgYnl0ZXMgdGhhdCBhIHJvdGF0aW9uIGpvYiB3cm90ZQ==\n\
+    -----END PRIVATE KEY-----\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_or_ca_that_fails_to_load_is_named_with_its_listener_at_start_and_on_reload() {
+    let pki = Pki::new("named");
+    let live = tempfile::tempdir().unwrap();
+    let copy = |pair: &Pair, name: &str| {
+        let (cert, key) = (
+            live.path().join(format!("{name}.crt")),
+            live.path().join(format!("{name}.key")),
+        );
+        std::fs::copy(&pair.cert, &cert).unwrap();
+        std::fs::copy(&pair.key, &key).unwrap();
+        Pair { cert, key }
+    };
+    let http = copy(&pki.server("http"), "http");
+    let resp = copy(&pki.server("resp"), "resp");
+
+    // At start: the gateway refuses to start, naming the listener and the file.
+    let good_key = std::fs::read(&resp.key).unwrap();
+    std::fs::write(&resp.key, GARBAGE_KEY).unwrap();
+    let config = format!(
+        "{RULES}{}{}",
+        tls_table("tls", &http, None),
+        tls_table("resp_tls", &resp, None)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gateway.toml");
+    std::fs::write(&file, &config).unwrap();
+    let mut options = crate::support::loopback_options(&file);
+    options.resp = Some("127.0.0.1:0".parse().unwrap());
+    let error = tollgate_server::Gateway::start(options)
+        .await
+        .err()
+        .expect("a garbage key is fatal at start")
+        .to_string();
+    let key_path = resp.key.display().to_string();
+    assert!(
+        error.contains("resp listener") && error.contains(&key_path) && error.contains("key_file"),
+        "names the listener and the file: {error}"
+    );
+    assert!(!error.contains(&http.key.display().to_string()), "{error}");
+
+    // On a reload: the old pair stays, and /config says which listener and which file.
+    std::fs::write(&resp.key, &good_key).unwrap();
+    let running = start_gateway(&config, |options| {
+        options.resp = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let admin = running.gateway.admin_addr();
+    let ca = pki.ca.display().to_string();
+    let config_json = || {
+        let output = Command::new("curl")
+            .args(["-s", "--max-time", "10", "--cacert", &ca])
+            .arg(https(admin, "/config"))
+            .output();
+        let Ok(output) = output else {
+            assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "curl under CI");
+            return None;
+        };
+        Some(serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap())
+    };
+    let Some(before) = config_json() else {
+        eprintln!("SKIPPED: curl is not installed (apt-get install curl)");
+        return;
+    };
+    let listeners: Vec<&str> = before["tls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tls| tls["listener"].as_str().unwrap())
+        .collect();
+    assert_eq!(listeners, ["proxy and admin", "resp"], "{before}");
+    assert!(before["tls"][1]["last_error"].is_null());
+
+    std::thread::sleep(Duration::from_millis(1100));
+    std::fs::write(&resp.key, GARBAGE_KEY).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let error = loop {
+        let now = config_json().unwrap();
+        if let Some(error) = now["tls"][1]["last_error"].as_str() {
+            break error.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no reload error in {now}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        error.starts_with("resp listener: key_file ") && error.contains(&key_path),
+        "{error}"
+    );
+    assert!(error.contains("not a usable private key"), "{error}");
+
+    // A key that is a key, but another certificate's: both files are named.
+    std::thread::sleep(Duration::from_millis(1100));
+    std::fs::copy(pki.server("other").key, &resp.key).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let error = loop {
+        let now = config_json().unwrap();
+        let error = now["tls"][1]["last_error"].as_str().unwrap_or_default();
+        if error.contains("is not the key of") {
+            break error.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no mismatch error in {now}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        error.contains(&key_path) && error.contains(&resp.cert.display().to_string()),
+        "{error}"
+    );
+
+    // A client CA that is no certificate: named too (here at start, for the proxy).
+    let bad_ca = live.path().join("clients-ca.pem");
+    std::fs::write(&bad_ca, "not a certificate").unwrap();
+    let config = format!(
+        "{RULES}{}client_ca_file = \"{}\"\n",
+        tls_table("tls", &http, None),
+        bad_ca.display()
+    );
+    std::fs::write(&file, &config).unwrap();
+    let error = tollgate_server::Gateway::start(crate::support::loopback_options(&file))
+        .await
+        .err()
+        .expect("a bad client CA is fatal at start")
+        .to_string();
+    assert!(
+        error.contains("proxy and admin listener: client_ca_file")
+            && error.contains(&bad_ca.display().to_string()),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_client_key_that_fails_to_load_is_named_in_config_and_readiness() {
+    let pki = Pki::new("redis-client");
+    let client = pki.client("gateway", "gateway");
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("gateway.key");
+    std::fs::write(&key, GARBAGE_KEY).unwrap();
+    let config = format!(
+        "{RULES}[store]\nbackend = \"redis\"\nurl = \"rediss://127.0.0.1:6380\"\n\
+         on_backend_error = \"deny\"\n[store.tls]\nca_file = \"{}\"\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+        pki.ca.display(),
+        client.cert.display(),
+        key.display()
+    );
+    let running = start_gateway(&config, |_| {}).await;
+    let admin = running.gateway.admin_addr();
+    let shown: serde_json::Value =
+        serde_json::from_str(&get(admin, "/config", &[]).await.body).unwrap();
+    let reason = shown["store"]["unusable"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("[store.tls] key_file ")
+            && reason.contains(&key.display().to_string())
+            && reason.contains("not a usable private key"),
+        "{shown}"
+    );
+    let ready = get(admin, "/readyz", &[]).await;
+    assert_eq!(ready.status, http::StatusCode::SERVICE_UNAVAILABLE);
+    assert!(ready.body.contains("key_file"), "{}", ready.body);
+
+    // A CA file that holds no certificate is named too.
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "not a certificate\n").unwrap();
+    let config = format!(
+        "{RULES}[store]\nbackend = \"redis\"\nurl = \"rediss://127.0.0.1:6380\"\n[store.tls]\nca_file = \"{}\"\n",
+        ca.display()
+    );
+    let running = start_gateway(&config, |_| {}).await;
+    let shown: serde_json::Value =
+        serde_json::from_str(&get(running.gateway.admin_addr(), "/config", &[]).await.body)
+            .unwrap();
+    assert!(
+        shown["store"]["unusable"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with(&format!(
+                "[store.tls] ca_file {}: no certificate in it",
+                ca.display()
+            )),
+        "{shown}"
+    );
+}

@@ -171,22 +171,64 @@ fn fragment(url: &str, insecure: bool) -> String {
     }
 }
 
-/// The CA and client certificate `[store.tls]` names, read now.
+/// The CA and client certificate `[store.tls]` names, read and checked now: a file that
+/// cannot be read, holds no certificate, or a key no signer can use or that is not the
+/// certificate's, is refused here, naming the file, rather than failing every connection
+/// later with the `redis` crate's "unexpected error".
 #[cfg(feature = "tls")]
 fn certificates(tls: &RedisTls) -> Made<redis::TlsCertificates> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
     let read = |path: &std::path::Path, what: &str| {
         std::fs::read(path)
-            .map_err(|error| format!("cannot read {what} {}: {error}", path.display()))
+            .map_err(|error| format!("[store.tls] {what} {}: {error}", path.display()))
+    };
+    let chain = |bytes: &[u8], path: &std::path::Path, what: &str| {
+        let fail = |reason: String| format!("[store.tls] {what} {}: {reason}", path.display());
+        let chain = CertificateDer::pem_slice_iter(bytes)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| fail(format!("not valid PEM ({error})")))?;
+        if chain.is_empty() {
+            return Err(fail("no certificate in it".into()));
+        }
+        Ok(chain)
     };
     let root_cert = match &tls.ca_file {
-        Some(path) => Some(read(path, "[store.tls] ca_file")?),
+        Some(path) => {
+            let bytes = read(path, "ca_file")?;
+            chain(&bytes, path, "ca_file")?;
+            Some(bytes)
+        }
         None => None,
     };
     let client_tls = match (&tls.cert_file, &tls.key_file) {
-        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-            client_cert: read(cert, "[store.tls] cert_file")?,
-            client_key: read(key, "[store.tls] key_file")?,
-        }),
+        (Some(cert), Some(key)) => {
+            let client_cert = read(cert, "cert_file")?;
+            let client_key = read(key, "key_file")?;
+            let certified = chain(&client_cert, cert, "cert_file")?;
+            let key_error =
+                |reason: String| format!("[store.tls] key_file {}: {reason}", key.display());
+            let private = PrivateKeyDer::from_pem_slice(&client_key)
+                .map_err(|error| key_error(format!("no private key in it ({error})")))?;
+            let signing = rustls::crypto::ring::default_provider()
+                .key_provider
+                .load_private_key(private)
+                .map_err(|error| key_error(format!("not a usable private key ({error})")))?;
+            rustls::sign::CertifiedKey::new(certified, signing)
+                .keys_match()
+                .map_err(|error| {
+                    format!(
+                        "[store.tls] key_file {} is not the key of cert_file {} ({error})",
+                        key.display(),
+                        cert.display()
+                    )
+                })?;
+            Some(redis::ClientTlsConfig {
+                client_cert,
+                client_key,
+            })
+        }
         _ => None,
     };
     Ok(redis::TlsCertificates {
