@@ -36,7 +36,7 @@ impl Active {
                         Concurrency::Fixed(n) => n,
                         Concurrency::Adaptive(settings) => settings.min,
                     });
-                    RuleCounters::new(rule.name(), cap, traffic)
+                    RuleCounters::new(rule.name(), cap, rule.settle().is_some(), traffic)
                 })
             })
             .collect();

@@ -42,6 +42,9 @@ pub struct RateLimitLayer<St = MemoryStore, K = Wrapped> {
 impl<St> RateLimitLayer<St> {
     /// A layer enforcing `limits`, for a service with any response body.
     pub fn new(limits: Limits<St>) -> Self {
+        // The decision-latency histogram exists (empty) from the start, not from the first
+        // sampled decision: a dashboard sees it on an idle service.
+        metrics::histogram!("tollgate_decision_seconds");
         RateLimitLayer {
             limits,
             style: PhantomData,

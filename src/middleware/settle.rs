@@ -20,6 +20,7 @@ use crate::concurrency::BodyObserver;
 use crate::config::CostSource;
 use crate::limits::{Active, Charge, Limits};
 use crate::store::Store;
+use crate::traffic::Fault;
 
 /// The most of a JSON body kept to read its figure from.
 pub(crate) const MAX_JSON_BODY: usize = 1 << 20;
@@ -35,22 +36,22 @@ pub(crate) enum Figure {
     /// Nothing said: the reservation stands, and that is no fault.
     Missing,
     /// Something said that cannot be believed: the reservation stands, counted as a fault.
-    Bad(&'static str),
+    Bad(Fault),
 }
 
 /// A figure as text (a header's or trailer's value, or a JSON number's).
 fn figure_of_text(text: &str, max: u64) -> Figure {
     let text = text.trim();
     if text.starts_with('-') {
-        return Figure::Bad("negative");
+        return Figure::Bad(Fault::Negative);
     }
     match text.parse::<u64>() {
         Ok(n) if n <= max => Figure::Found(n),
-        Ok(_) => Figure::Bad("above max"),
+        Ok(_) => Figure::Bad(Fault::AboveMax),
         Err(_) if text.bytes().all(|b| b.is_ascii_digit()) && !text.is_empty() => {
-            Figure::Bad("above max")
+            Figure::Bad(Fault::AboveMax)
         }
-        Err(_) => Figure::Bad("not a number"),
+        Err(_) => Figure::Bad(Fault::NotANumber),
     }
 }
 
@@ -59,7 +60,7 @@ pub(crate) fn figure_of_header(value: Option<&HeaderValue>, max: u64) -> Figure 
     match value.map(HeaderValue::to_str) {
         None => Figure::Missing,
         Some(Ok(text)) => figure_of_text(text, max),
-        Some(Err(_)) => Figure::Bad("not a number"),
+        Some(Err(_)) => Figure::Bad(Fault::NotANumber),
     }
 }
 
@@ -69,11 +70,11 @@ fn figure_of_json(document: &serde_json::Value, pointer: &str, max: u64) -> Figu
         None | Some(serde_json::Value::Null) => Figure::Missing,
         Some(serde_json::Value::Number(number)) => match (number.as_u64(), number.as_f64()) {
             (Some(n), _) if n <= max => Figure::Found(n),
-            (Some(_), _) => Figure::Bad("above max"),
-            (None, Some(x)) if x < 0.0 => Figure::Bad("negative"),
-            _ => Figure::Bad("not a whole number"),
+            (Some(_), _) => Figure::Bad(Fault::AboveMax),
+            (None, Some(x)) if x < 0.0 => Figure::Bad(Fault::Negative),
+            _ => Figure::Bad(Fault::NotAWholeNumber),
         },
-        Some(_) => Figure::Bad("not a number"),
+        Some(_) => Figure::Bad(Fault::NotANumber),
     }
 }
 
@@ -189,14 +190,14 @@ impl BodyReader {
         match &self.source {
             CostSource::Json(pointer) if !self.events => {
                 if self.overflowed {
-                    return Figure::Bad("body larger than the bound read");
+                    return Figure::Bad(Fault::BodyOverBound);
                 }
                 if self.buffer.is_empty() {
                     return Figure::Missing;
                 }
                 match serde_json::from_slice::<serde_json::Value>(&self.buffer) {
                     Ok(document) => figure_of_json(&document, pointer, self.max),
-                    Err(_) => Figure::Bad("malformed JSON"),
+                    Err(_) => Figure::Bad(Fault::MalformedJson),
                 }
             }
             _ => self.last,
@@ -230,7 +231,7 @@ fn read_event(event: &[u8], pointer: &str, key: &str, max: u64) -> Option<Figure
             Figure::Missing => None,
             figure => Some(figure),
         },
-        Err(_) => Some(Figure::Bad("malformed JSON")),
+        Err(_) => Some(Figure::Bad(Fault::MalformedJson)),
     }
 }
 
@@ -302,36 +303,40 @@ pub(crate) fn settle<St: Store>(
     figure: Figure,
 ) -> Option<St::Future> {
     let rule = rules.rule(index)?;
-    let name = rule.name_arc();
-    if let Some(counters) = rules.counters(index) {
+    let counters = rules.counters(index);
+    if let Some(counters) = counters {
         let used = match figure {
             Figure::Found(actual) => actual,
             Figure::Missing | Figure::Bad(_) => charge.cost,
         };
         counters.settled(charge.cost, used);
     }
+    let settles = counters.and_then(|counters| counters.settle.as_ref());
     let actual = match figure {
         Figure::Found(actual) => actual,
         Figure::Missing => {
-            metrics::counter!("tollgate_settled_total", "rule" => name, "outcome" => "kept")
-                .increment(1);
+            if let Some(settles) = settles {
+                settles.kept.increment(1);
+            }
             return None;
         }
-        Figure::Bad(reason) => {
-            metrics::counter!("tollgate_settle_faults_total", "rule" => Arc::clone(&name), "reason" => reason).increment(1);
-            metrics::counter!("tollgate_settled_total", "rule" => Arc::clone(&name), "outcome" => "kept").increment(1);
-            warn_now_and_then(&name, reason);
+        Figure::Bad(fault) => {
+            if let Some(settles) = settles {
+                settles.fault(fault).increment(1);
+                settles.kept.increment(1);
+            }
+            warn_now_and_then(rule.name(), fault.reason());
             return None;
         }
     };
-    let outcome = match actual.cmp(&charge.cost) {
-        std::cmp::Ordering::Less => "refunded",
-        std::cmp::Ordering::Equal => "exact",
-        std::cmp::Ordering::Greater => "charged",
-    };
-    metrics::counter!("tollgate_settled_total", "rule" => Arc::clone(&name), "outcome" => outcome)
-        .increment(1);
-    metrics::counter!("tollgate_settled_tokens_total", "rule" => name).increment(actual);
+    if let Some(settles) = settles {
+        match actual.cmp(&charge.cost) {
+            std::cmp::Ordering::Less => settles.refunded.increment(1),
+            std::cmp::Ordering::Equal => settles.exact.increment(1),
+            std::cmp::Ordering::Greater => settles.charged.increment(1),
+        }
+        settles.tokens.increment(actual);
+    }
     limits.settle_reserved(rules, index, charge, actual)
 }
 
@@ -456,22 +461,25 @@ mod tests {
     #[test]
     fn bad_figures_keep_the_reservation_and_say_why() {
         let cases = [
-            (r#"{"usage":{"total_tokens":-3}}"#, Figure::Bad("negative")),
+            (
+                r#"{"usage":{"total_tokens":-3}}"#,
+                Figure::Bad(Fault::Negative),
+            ),
             (
                 r#"{"usage":{"total_tokens":"12"}}"#,
-                Figure::Bad("not a number"),
+                Figure::Bad(Fault::NotANumber),
             ),
             (
                 r#"{"usage":{"total_tokens":1.5}}"#,
-                Figure::Bad("not a whole number"),
+                Figure::Bad(Fault::NotAWholeNumber),
             ),
             (
                 r#"{"usage":{"total_tokens":99999999999}}"#,
-                Figure::Bad("above max"),
+                Figure::Bad(Fault::AboveMax),
             ),
             (
                 r#"{"usage":{"total_tokens":4"#,
-                Figure::Bad("malformed JSON"),
+                Figure::Bad(Fault::MalformedJson),
             ),
         ];
         for (body, expected) in cases {
@@ -484,11 +492,11 @@ mod tests {
         let huge = "x".repeat(MAX_JSON_BODY + 1);
         assert_eq!(
             read(&json("/usage/total_tokens"), "application/json", &[&huge]),
-            Figure::Bad("body larger than the bound read")
+            Figure::Bad(Fault::BodyOverBound)
         );
         assert_eq!(
             figure_of_header(Some(&HeaderValue::from_static("12")), 10),
-            Figure::Bad("above max")
+            Figure::Bad(Fault::AboveMax)
         );
         assert_eq!(
             figure_of_header(Some(&HeaderValue::from_static(" 7 ")), 10),

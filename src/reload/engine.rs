@@ -138,6 +138,7 @@ impl Reloader {
         if sources.is_empty() {
             return Err(ConfigError::NoFiles);
         }
+        register_counters(&sources);
         let tracked = sources
             .into_iter()
             .map(|source| Tracked::new(source, false))
@@ -776,5 +777,18 @@ impl std::fmt::Debug for Reloader {
                 background._files.is_some() || background._poll.is_some()
             })
             .finish()
+    }
+}
+
+/// The reload counters, made at 0 before the first reload, read or failure, so a dashboard's
+/// `increase()` sees the first one (it cannot see a series' first sample); URL counters only
+/// where a source is a URL.
+fn register_counters(sources: &[ConfigSource]) {
+    metrics::counter!("tollgate_config_reloads_total").increment(0);
+    metrics::counter!("tollgate_config_reload_failures_total").increment(0);
+    metrics::counter!("tollgate_config_reads_total", "kind" => "file").increment(0);
+    if sources.iter().any(ConfigSource::is_remote) {
+        metrics::counter!("tollgate_config_reads_total", "kind" => "url").increment(0);
+        metrics::counter!("tollgate_config_fetch_errors_total").increment(0);
     }
 }

@@ -9,6 +9,42 @@ use super::{RuleTraffic, Seen, Traffic};
 use crate::clock::Timestamp;
 use crate::key::Client;
 
+/// Why a response's figure could not be believed: the `reason` of
+/// `tollgate_settle_faults_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    Negative,
+    AboveMax,
+    NotANumber,
+    NotAWholeNumber,
+    MalformedJson,
+    BodyOverBound,
+}
+
+impl Fault {
+    /// Every fault, so a reserving rule's counters exist (at 0) before the first one.
+    pub(crate) const ALL: [Fault; 6] = [
+        Fault::Negative,
+        Fault::AboveMax,
+        Fault::NotANumber,
+        Fault::NotAWholeNumber,
+        Fault::MalformedJson,
+        Fault::BodyOverBound,
+    ];
+
+    /// The metric's label and the log's words.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            Fault::Negative => "negative",
+            Fault::AboveMax => "above max",
+            Fault::NotANumber => "not a number",
+            Fault::NotAWholeNumber => "not a whole number",
+            Fault::MalformedJson => "malformed JSON",
+            Fault::BodyOverBound => "body larger than the bound read",
+        }
+    }
+}
+
 /// Handles to one rule's request counters, made once when its rule set is swapped in so
 /// that counting a request is an atomic add (no label strings built per request). They bind
 /// to the `metrics` recorder installed at that moment; without one they are no-ops.
@@ -22,6 +58,8 @@ pub(crate) struct RuleCounters {
     delay: metrics::Histogram,
     /// Rules with a `concurrency` cap only.
     pub(crate) concurrency: Option<ConcurrencyCounters>,
+    /// Rules that reserve and settle (`cost = { reserve, from }`) only.
+    pub(crate) settle: Option<SettleCounters>,
     /// The rule's traffic over time, for the admin page (`None` past the rules tracked).
     traffic: Option<Arc<RuleTraffic>>,
 }
@@ -91,11 +129,54 @@ pub(crate) struct ConcurrencyCounters {
     pub(crate) refused: metrics::Counter,
 }
 
+/// A reserving rule's settlements: by outcome, the tokens used, and the faults by reason —
+/// every series made when the rule is swapped in, so each exists at 0 before its first
+/// event (a dashboard's `increase()` cannot see a series' first sample).
+#[derive(Clone)]
+pub(crate) struct SettleCounters {
+    pub(crate) refunded: metrics::Counter,
+    pub(crate) exact: metrics::Counter,
+    pub(crate) charged: metrics::Counter,
+    pub(crate) kept: metrics::Counter,
+    pub(crate) tokens: metrics::Counter,
+    /// In the order of [`Fault::ALL`].
+    faults: [metrics::Counter; Fault::ALL.len()],
+}
+
+impl SettleCounters {
+    fn new(name: &Arc<str>) -> SettleCounters {
+        let outcome = |outcome: &'static str| metrics::counter!("tollgate_settled_total", "rule" => Arc::clone(name), "outcome" => outcome);
+        SettleCounters {
+            refunded: outcome("refunded"),
+            exact: outcome("exact"),
+            charged: outcome("charged"),
+            kept: outcome("kept"),
+            tokens: metrics::counter!("tollgate_settled_tokens_total", "rule" => Arc::clone(name)),
+            faults: Fault::ALL.map(|fault| {
+                metrics::counter!("tollgate_settle_faults_total", "rule" => Arc::clone(name), "reason" => fault.reason())
+            }),
+        }
+    }
+
+    /// The counter of `fault`.
+    pub(crate) fn fault(&self, fault: Fault) -> &metrics::Counter {
+        // `Fault::ALL` lists the variants in declaration order.
+        &self.faults[fault as usize]
+    }
+}
+
 impl RuleCounters {
     /// The counters of the rule named `name`, whose concurrency cap starts at `cap` (if it
-    /// has one), counting its traffic into `traffic`.
-    pub(crate) fn new(name: &str, cap: Option<u32>, traffic: &Traffic) -> RuleCounters {
+    /// has one), with settlement counters if it `reserves`, counting its traffic into
+    /// `traffic`.
+    pub(crate) fn new(
+        name: &str,
+        cap: Option<u32>,
+        reserves: bool,
+        traffic: &Traffic,
+    ) -> RuleCounters {
         let name: Arc<str> = Arc::from(name);
+        let settle = reserves.then(|| SettleCounters::new(&name));
         let concurrency = cap.map(|cap| {
             let counters = ConcurrencyCounters {
                 in_flight: metrics::gauge!("tollgate_in_flight", "rule" => Arc::clone(&name)),
@@ -112,6 +193,7 @@ impl RuleCounters {
             delayed: metrics::counter!("tollgate_delayed_total", "rule" => Arc::clone(&name)),
             delay: metrics::histogram!("tollgate_delay_seconds", "rule" => Arc::clone(&name)),
             concurrency,
+            settle,
             traffic: traffic.rule(&name),
         }
     }

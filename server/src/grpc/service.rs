@@ -24,9 +24,35 @@ pub(super) struct Decider<St> {
     options: Arc<GrpcOptions>,
 }
 
-impl<St> Decider<St> {
+impl<St: Store> Decider<St> {
     pub(super) fn new(limits: Limits<St>, options: Arc<GrpcOptions>) -> Self {
+        register_at_zero(&limits.rules());
         Decider { limits, options }
+    }
+}
+
+/// Every code of `tollgate_grpc_requests_total`.
+const CODES: [&str; 4] = ["ok", "over_limit", "invalid", "unavailable"];
+
+/// The request counters of every domain the rules name (and `other`), made at 0 when the
+/// front end starts: a dashboard's `increase()` cannot see a series' first sample. A domain
+/// a later reload adds starts counting at its first request.
+fn register_at_zero(rules: &RuleSet) {
+    let mut domains: Vec<&str> = rules
+        .rules()
+        .iter()
+        .filter_map(|rule| rule.key().split('/').next())
+        .filter(|first| !first.is_empty())
+        .chain(["other"])
+        .collect();
+    domains.sort_unstable();
+    domains.dedup();
+    for domain in domains {
+        let domain: Arc<str> = Arc::from(domain);
+        for code in CODES {
+            metrics::counter!("tollgate_grpc_requests_total", "domain" => Arc::clone(&domain), "code" => code)
+                .increment(0);
+        }
     }
 }
 

@@ -251,3 +251,134 @@ async fn a_real_prometheus_scraping_the_service_fires_an_alert_on_a_refused_conf
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// Which catalogued metrics `text` (a `/metrics` page) has a series of, at any value.
+fn present_in(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .filter_map(|line| line.split(['{', ' ']).next())
+        .map(|series| metric_of(series).to_owned())
+        .collect()
+}
+
+/// `/metrics` of a `tollgate` process started with `args`, before anything is sent to it.
+fn metrics_at_start(args: &[&str]) -> (String, crate::support::ServiceProcess) {
+    let service = crate::support::ServiceProcess::start(args, &[]);
+    let (status, body) = crate::support::blocking_get(service.admin, "/metrics");
+    assert_eq!(status, 200, "{}", service.log());
+    (body, service)
+}
+
+/// A dashboard's `increase()` cannot see a series' first sample: every metric the shipped
+/// alerts and dashboard name exists (at 0) on a service configured with its feature before
+/// the first event. Each process has a recorder of its own, so nothing another test counted
+/// can stand in for a missing series.
+#[test]
+fn every_metric_the_alerts_and_dashboard_name_is_exported_before_any_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = tollgate_testkit::certs::Pki::new("zero");
+    let pair = pki.server("zero");
+    let repository =
+        tollgate_testkit::repository::Repository::start("[limits.\"remote\"]\nrate = \"5/s\"\n");
+    let main = dir.path().join("gateway.toml");
+    std::fs::write(
+        &main,
+        format!(
+            "[limits.\"/\"]\nrate = \"100/min\"\n\
+             [limits.\"llm\"]\nrate = \"1000/min\"\ncost = {{ reserve = 10, from = \"json:/usage/total_tokens\" }}\n\
+             [limits.\"held\"]\nrate = \"1/s\"\non_limit = \"delay\"\nmax_delay = \"2s\"\n\
+             [limits.\"capped\"]\nrate = \"100/s\"\nconcurrency = 4\n\
+             [limits.\"tuned\"]\nrate = \"10/s\"\ncandidates = [\"5/s\"]\n\
+             [gateway.tls]\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+            pair.cert.display(),
+            pair.key.display()
+        ),
+    )
+    .unwrap();
+    let main = main.display().to_string();
+    let url = repository.url();
+    let mut present = BTreeSet::new();
+    let mut expected: BTreeSet<String> = named_in(&deploy("prometheus/tollgate.rules.yml"));
+    expected.extend(named_in(&deploy("grafana/tollgate.dashboard.json")));
+
+    // Everything but the stores: rules with every feature, TLS (on the admin listener too,
+    // so /metrics is read with curl), RESP, gRPC, a URL source.
+    let service = crate::support::ServiceProcess::start(
+        &[
+            "--config",
+            &main,
+            "--config",
+            &url,
+            "--resp",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    let ca = pki.ca.display().to_string();
+    let Ok(output) = Command::new("curl")
+        .args(["-s", "--max-time", "10", "--cacert", &ca])
+        .arg(format!(
+            "https://localhost:{}/metrics",
+            service.admin.port()
+        ))
+        .output()
+    else {
+        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "curl under CI");
+        eprintln!("SKIPPED: curl is not installed (apt-get install curl)");
+        return;
+    };
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(text.contains("# HELP"), "{text}\n{}", service.log());
+    for series in [
+        "tollgate_settle_faults_total{rule=\"llm\",reason=\"malformed JSON\"} 0",
+        "tollgate_settled_total{rule=\"llm\",outcome=\"kept\"} 0",
+        "tollgate_settled_tokens_total{rule=\"llm\"} 0",
+        "tollgate_config_reload_failures_total 0",
+        "tollgate_config_fetch_errors_total 0",
+        "tollgate_grpc_requests_total{domain=\"llm\",code=\"over_limit\"} 0",
+    ] {
+        assert!(text.contains(series), "{series} at start:\n{text}");
+    }
+    present.extend(present_in(&text));
+    drop(service);
+
+    // The Redis metrics, on hybrid mode over a real Redis.
+    if let Some(redis) = crate::support::redis::RedisServer::start("metrics_at_start") {
+        let file = dir.path().join("redis.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "[store]\nbackend = \"redis\"\nurl = \"{}\"\nsync = \"local\"\n[limits]\n\"/\" = \"100/min\"\n",
+                redis.url()
+            ),
+        )
+        .unwrap();
+        let (text, _service) = metrics_at_start(&["--config", &file.display().to_string()]);
+        present.extend(present_in(&text));
+    } else {
+        expected.retain(|name| {
+            !name.starts_with("tollgate_backend") && !name.starts_with("tollgate_hybrid")
+        });
+    }
+
+    // The disk store's.
+    let file = dir.path().join("disk.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[store]\nbackend = \"disk\"\npath = \"{}\"\n[limits]\n\"/\" = \"100/min\"\n",
+            dir.path().join("buckets").display()
+        ),
+    )
+    .unwrap();
+    let (text, _service) = metrics_at_start(&["--config", &file.display().to_string()]);
+    present.extend(present_in(&text));
+
+    let missing: Vec<&String> = expected.difference(&present).collect();
+    assert!(
+        missing.is_empty(),
+        "named by the alerts or the dashboard, absent before the first event: {missing:?}"
+    );
+}
