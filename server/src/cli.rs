@@ -20,6 +20,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory as _, FromArgMatches as _};
 use tollgate::Limits;
 
+use crate::logging::{LogFormat, Logging};
 use crate::{FileSettings, Gateway, GatewayTable, Settings, describe_rules, shutdown_signal};
 
 /// tollgate's rate-limit service: a rate-limiting reverse proxy with an admin listener,
@@ -64,13 +65,11 @@ pub fn main() -> ExitCode {
         Ok(flags) => flags,
         Err(error) => error.exit(),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let levels = Levels::of(&flags.settings, &matches);
+    let logging = Logging::install(
+        flags.settings.log_format.unwrap_or_default(),
+        &levels.level(None),
+    );
     if flags.print_schema {
         let text = serde_json::to_string_pretty(&crate::json_schema()).unwrap_or_default();
         return match writeln!(std::io::stdout().lock(), "{text}") {
@@ -91,8 +90,42 @@ pub fn main() -> ExitCode {
         return suggest(args);
     }
     match runtime(tokio::runtime::Builder::new_multi_thread()) {
-        Ok(runtime) => runtime.block_on(serve(flags.settings)),
+        Ok(runtime) => runtime.block_on(serve(flags.settings, logging, levels)),
         Err(failed) => failed,
+    }
+}
+
+/// Where the log's filter comes from, weighed: `--log-level`, then `RUST_LOG`, then
+/// `TOLLGATE_LOG_LEVEL`, then the file's `[gateway] log_level`, then `info`.
+struct Levels {
+    flag: Option<String>,
+    rust_log: Option<String>,
+    env: Option<String>,
+}
+
+impl Levels {
+    fn of(settings: &Settings, matches: &clap::ArgMatches) -> Levels {
+        let given = settings.log_level.clone();
+        let source = matches.value_source("log_level");
+        Levels {
+            flag: given
+                .clone()
+                .filter(|_| source == Some(clap::parser::ValueSource::CommandLine)),
+            rust_log: std::env::var("RUST_LOG")
+                .ok()
+                .filter(|value| !value.trim().is_empty()),
+            env: given.filter(|_| source == Some(clap::parser::ValueSource::EnvVariable)),
+        }
+    }
+
+    /// The filter in force, `file` being the config file's `log_level`.
+    fn level(&self, file: Option<&str>) -> String {
+        self.flag
+            .clone()
+            .or_else(|| self.rust_log.clone())
+            .or_else(|| self.env.clone())
+            .or_else(|| file.map(str::to_owned))
+            .unwrap_or_else(|| "info".to_owned())
     }
 }
 
@@ -201,37 +234,72 @@ fn print_config(settings: &Settings, matches: &clap::ArgMatches) -> ExitCode {
     }
 }
 
-async fn serve(settings: Settings) -> ExitCode {
+async fn serve(settings: Settings, mut logging: Logging, levels: Levels) -> ExitCode {
+    let format = settings.log_format;
     let gateway = match Gateway::start(settings).await {
         Ok(gateway) => gateway,
         Err(error) => {
             // An invalid config at start-up is fatal: file, line, column and what is wrong.
-            eprintln!("tollgate: {error}");
+            say(&logging, &format!("tollgate: {error}"));
             return ExitCode::FAILURE;
         }
     };
+    // The config's [gateway] table is read now: its log settings fill what flags and the
+    // environment left open.
+    let file = gateway
+        .limits()
+        .rules()
+        .extension::<FileSettings>()
+        .map(|file| file.0.clone())
+        .unwrap_or_default();
+    logging.change(
+        format.or(file.log_format).unwrap_or_default(),
+        &levels.level(file.log_level.as_deref()),
+    );
     let upstream = if gateway.is_demo() {
         " (built-in demo)"
     } else {
         ""
     };
-    eprintln!(
-        "tollgate: proxying http://{} -> {}{upstream}\ntollgate: admin page http://{}/",
-        gateway.listen_addr(),
-        gateway.upstream(),
-        gateway.admin_addr()
+    say(
+        &logging,
+        &format!(
+            "tollgate: proxying http://{} -> {}{upstream}",
+            gateway.listen_addr(),
+            gateway.upstream()
+        ),
+    );
+    say(
+        &logging,
+        &format!("tollgate: admin page http://{}/", gateway.admin_addr()),
     );
     if let Some(resp) = gateway.resp_addr() {
-        eprintln!(
-            "tollgate: Redis protocol on {resp} (redis-cli -p {})",
-            resp.port()
+        say(
+            &logging,
+            &format!(
+                "tollgate: Redis protocol on {resp} (redis-cli -p {})",
+                resp.port()
+            ),
         );
     }
     if let Some(grpc) = gateway.grpc_addr() {
-        eprintln!("tollgate: Envoy rate limit service (gRPC) on {grpc}");
+        say(
+            &logging,
+            &format!("tollgate: Envoy rate limit service (gRPC) on {grpc}"),
+        );
     }
     gateway.run_until(shutdown_signal()).await;
     ExitCode::SUCCESS
+}
+
+/// A line for the operator (the addresses people and scripts read, a fatal error), whatever
+/// the log level: as it is on a text log, as a JSON object shaped like the log's events on
+/// a JSON one, so every line stays one object.
+fn say(logging: &Logging, line: &str) {
+    match logging.format() {
+        LogFormat::Text => eprintln!("{line}"),
+        LogFormat::Json => eprintln!("{}", crate::logging::json_line("INFO", "tollgate", line)),
+    }
 }
 
 /// The environment's part of the settings: `TOLLGATE_<FLAG>` variables checked before

@@ -20,6 +20,7 @@ use http::Uri;
 use serde::{Deserialize, Deserializer};
 use tollgate::config::{Diagnostic, Document, Extension, RuleSet};
 
+use crate::logging::{LogFormat, parse_log_level};
 use crate::tls::ListenerTls;
 
 /// Where the proxy listens unless told otherwise.
@@ -141,6 +142,16 @@ pub struct Settings {
     #[serde(default, deserialize_with = "timeout")]
     #[schemars(with = "Option<String>")]
     pub header_read_timeout: Option<Duration>,
+    /// How log lines are written: text, or one JSON object a line [default: text].
+    #[arg(long, value_name = "FORMAT", env = "TOLLGATE_LOG_FORMAT", value_enum)]
+    #[serde(default)]
+    pub log_format: Option<LogFormat>,
+    /// What is logged: a level (error, warn, info, debug, trace) or RUST_LOG-style
+    /// directives; the flag wins over RUST_LOG, which wins over TOLLGATE_LOG_LEVEL and the
+    /// file [default: info].
+    #[arg(long, value_name = "LEVEL", env = "TOLLGATE_LOG_LEVEL", value_parser = parse_log_level)]
+    #[serde(default, deserialize_with = "log_level")]
+    pub log_level: Option<String>,
     /// `[gateway.tls]`: TLS on the proxy and admin listeners (config file only).
     #[arg(skip)]
     #[serde(default)]
@@ -187,6 +198,8 @@ impl Settings {
             upstream_timeout: or(&self.upstream_timeout, &lower.upstream_timeout),
             shutdown_grace: or(&self.shutdown_grace, &lower.shutdown_grace),
             header_read_timeout: or(&self.header_read_timeout, &lower.header_read_timeout),
+            log_format: or(&self.log_format, &lower.log_format),
+            log_level: or(&self.log_level, &lower.log_level),
             tls: or(&self.tls, &lower.tls),
             resp_tls: or(&self.resp_tls, &lower.resp_tls),
             grpc_tls: or(&self.grpc_tls, &lower.grpc_tls),
@@ -317,6 +330,16 @@ impl Settings {
                 "header_read_timeout",
                 duration(self.header_read_timeout()),
                 self.header_read_timeout.is_some(),
+            ),
+            (
+                "log_format",
+                text(&self.log_format.unwrap_or_default()),
+                self.log_format.is_some(),
+            ),
+            (
+                "log_level",
+                text(&self.log_level.as_deref().unwrap_or("info")),
+                self.log_level.is_some(),
             ),
             ("tls", tls(&self.tls), self.tls.is_some()),
             ("resp_tls", tls(&self.resp_tls), self.resp_tls.is_some()),
@@ -468,6 +491,10 @@ fn timeout<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration
 
 fn env_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
     parsed(deserializer, parse_env_name)
+}
+
+fn log_level<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    parsed(deserializer, parse_log_level)
 }
 
 fn token<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {

@@ -44,7 +44,7 @@ impl<St> RateLimitLayer<St> {
     pub fn new(limits: Limits<St>) -> Self {
         // The decision-latency histogram exists (empty) from the start, not from the first
         // sampled decision: a dashboard sees it on an idle service.
-        metrics::histogram!("tollgate_decision_seconds");
+        let _registered = metrics::histogram!("tollgate_decision_seconds");
         RateLimitLayer {
             limits,
             style: PhantomData,

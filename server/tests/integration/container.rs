@@ -305,6 +305,16 @@ fn the_image_runs_read_only_limits_and_reloads_a_configmap_style_swap() {
 
     let (_, ready) = until(admin, "/readyz", |status, _| status == 200, &logs);
     assert_eq!(json(&ready)["status"], "ready", "{ready}");
+    // The image logs one JSON object a line, for the container log's readers.
+    let log = logs();
+    assert!(log.contains("admin page http://"), "{log}");
+    for line in log.lines() {
+        let event = json(line);
+        assert!(
+            event["level"].is_string() && event["message"].is_string(),
+            "{line}"
+        );
+    }
     assert_eq!(blocking_get(proxy, "/login").0, 200, "{}", logs());
     assert_eq!(blocking_get(proxy, "/login").0, 429, "{}", logs());
 

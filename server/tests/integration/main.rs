@@ -21,6 +21,7 @@ mod grpc;
 mod grpc_protos;
 mod in_flight;
 mod llm;
+mod logging;
 mod metrics;
 mod observability;
 mod plans;
