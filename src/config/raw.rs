@@ -162,6 +162,11 @@ pub(crate) struct RawRedisTls {
     /// Accept any certificate from Redis, unverified: for a test bench, never in production.
     #[cfg_attr(feature = "schema", schemars(with = "Option<bool>"))]
     pub(crate) danger_accept_invalid_certificates: Option<Spanned<bool>>,
+    /// The name Redis's certificate must be for, and the SNI sent (default: each URL's
+    /// host): for servers reached by address whose certificates name a DNS host, on every
+    /// node of a Cluster and the sentinels and master of Sentinel.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) server_name: Option<Spanned<String>>,
 }
 
 /// `[key]`

@@ -88,6 +88,12 @@ impl Pki {
         )
     }
 
+    /// A certificate for `hosts` good for both ends of a connection (a Cluster node's, or
+    /// a Sentinel set's, named by DNS only).
+    pub fn node_for(&self, file: &str, hosts: &[&str]) -> Pair {
+        self.issue(file, hosts, Purpose::Both, Validity::Now)
+    }
+
     /// A client certificate for `name`.
     pub fn client(&self, file: &str, name: &str) -> Pair {
         self.issue(file, &[name], Purpose::Client, Validity::Now)

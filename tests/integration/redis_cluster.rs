@@ -389,7 +389,8 @@ async fn hybrid_leases_on_every_master_are_given_back_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_two_instances_share_one_budget_across_every_master() {
     let pki = crate::support::certs::Pki::new("cluster");
-    let server = pki.node("node");
+    // For the addresses the nodes announce, and for a DNS name: `server_name` below.
+    let server = pki.node_for("node", &["localhost", "127.0.0.1", "redis.internal"]);
     let tls = crate::support::cluster::ClusterTls {
         cert: server.cert.clone(),
         key: server.key.clone(),
@@ -437,6 +438,68 @@ async fn over_tls_two_instances_share_one_budget_across_every_master() {
     assert!(
         holding.len() >= 2,
         "buckets on several masters: {holding:?}"
+    );
+
+    // `[store.tls] server_name`: every node — seeds, the masters decisions go to straight,
+    // and the nodes the cluster client finds — is verified against the name, not the
+    // address it is reached at. By address, as the nodes announce themselves.
+    let by_address = format!(
+        "[{}]",
+        cluster
+            .tls_urls()
+            .iter()
+            .map(|u| format!("\"{}\"", u.replace("localhost", "127.0.0.1")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let named = |name: &str, prefix: &str| {
+        instance(&format!(
+            "{}[store.tls]\nca_file = \"{}\"\nserver_name = \"{name}\"\n[limits]\n\"/\" = \"3/h\"\n",
+            store_table(
+                &by_address,
+                prefix,
+                "on_backend_error = \"deny\"\ntimeout = \"1s\""
+            ),
+            pki.ca.display()
+        ))
+    };
+    let wrong = named("other.internal", "wrong");
+    assert!(
+        !wrong.check("x/alpha", 1).await.unwrap().allowed(),
+        "a certificate not for server_name is refused"
+    );
+    let (a, b) = (
+        named("redis.internal", "named"),
+        named("redis.internal", "named"),
+    );
+    for client in ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"] {
+        let key = format!("x/{client}");
+        let mut admitted = 0;
+        for limits in [&a, &b, &a, &b] {
+            if limits.check(&key, 1).await.unwrap().allowed() {
+                admitted += 1;
+            }
+        }
+        assert_eq!(
+            admitted, 3,
+            "{client}: one budget of 3, over TLS named redis.internal"
+        );
+    }
+    let holding: Vec<u16> = cluster
+        .masters()
+        .into_iter()
+        .filter(|&port| !cluster.keys_on(port, "named:*").is_empty())
+        .collect();
+    assert!(
+        holding.len() >= 2,
+        "named: buckets on several masters: {holding:?}"
+    );
+    assert!(
+        cluster
+            .masters()
+            .iter()
+            .all(|&port| cluster.keys_on(port, "wrong:*").is_empty()),
+        "nothing reached a node whose certificate was not checked"
     );
 }
 

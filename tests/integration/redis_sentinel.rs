@@ -38,16 +38,41 @@ async fn a_failover_gives_no_5xx_and_shared_decisions_resume_within_8s_of_the_pr
 async fn over_tls_the_sentinels_and_the_masters_are_reached_with_rediss_and_a_failover_is_followed()
 {
     let pki = Pki::new("sentinel");
+    // For the addresses the sentinel and the servers are reached at, and for a DNS name.
     let tls = SentinelTls {
         pki: &pki,
-        server: pki.server("redis"),
+        server: pki.node_for("redis", &["localhost", "127.0.0.1", "redis.internal"]),
     };
     let Some(setup) = SentinelSetup::start_tls("over_tls_the_sentinels", &tls) else {
         return;
     };
     let url = setup.sentinel_tls_url().unwrap();
-    let table = format!("[store.tls]\nca_file = \"{}\"\n", pki.ca.display());
-    failover_under_traffic(setup, &url, &table).await;
+    let ca = format!("[store.tls]\nca_file = \"{}\"\n", pki.ca.display());
+    let decides_in_redis = |table: &str, client: &str| {
+        let limits = instance(&url, table);
+        let client = client.to_owned();
+        async move {
+            let decided = limits.check(&client, 1).await.unwrap();
+            decided.allowed() && limits.store().redis().unwrap().ping().await.is_ok()
+        }
+    };
+    assert!(
+        decides_in_redis(&ca, "by-address").await,
+        "verified by address"
+    );
+    // `server_name`: the sentinel and the master it names are verified against the name,
+    // not the address they are reached at (the sentinel names the master by address).
+    let by_address = url.replace("localhost", "127.0.0.1");
+    let wrong = instance(
+        &by_address,
+        &format!("{ca}server_name = \"other.internal\"\n"),
+    );
+    assert!(
+        wrong.store().redis().unwrap().ping().await.is_err(),
+        "a certificate not for server_name is refused"
+    );
+    let named = format!("{ca}server_name = \"redis.internal\"\n");
+    failover_under_traffic(setup, &by_address, &named).await;
 }
 
 /// Two instances on `sentinel` (with `tls` as their `[store.tls]`): shared decisions, then

@@ -159,6 +159,10 @@ fn tls_settings_are_checked_where_they_are_written() {
             "[store]\nbackend = \"redis-sentinel\"\n",
             "<inline>:2:11: backend = \"redis-sentinel\" needs sentinels",
         ),
+        (
+            "[store]\nbackend = \"redis\"\nurl = \"rediss://10.0.0.5:6380\"\n[store.tls]\nserver_name = \"redis internal\"\n",
+            "<inline>:5:15: server_name \"redis internal\" is not a DNS name",
+        ),
     ] {
         let error = Limits::from_toml(text).unwrap_err().to_string();
         assert!(error.starts_with(expected), "{text}\n{error}");
@@ -181,4 +185,57 @@ fn a_password_written_in_the_url_works_but_is_shown_nowhere() {
     );
     let shown = format!("{:?} {:?}", rules.store(), limits.store());
     assert!(!shown.contains("hunter2"), "{shown}");
+}
+
+/// A Redis whose certificate names a DNS host only, reached by address: verified against
+/// `[store.tls] server_name` (and refused without it, or with another name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_for_a_dns_name_is_verified_against_server_name_when_reached_by_address() {
+    let pki = Pki::new("named");
+    let pair = pki.server_for("redis-internal", &["redis.internal"]);
+    let Some(server) = tls_server("a_certificate_for_a_dns_name", &pki, &pair, true) else {
+        return;
+    };
+    let url = format!("rediss://127.0.0.1:{}", server.tls_port().unwrap());
+    let client = pki.client("gateway", "gateway");
+    let files = format!(
+        "{}cert_file = \"{}\"\nkey_file = \"{}\"\n",
+        ca_line(&pki),
+        client.cert.display(),
+        client.key.display()
+    );
+    for (name, admitted) in [
+        (None, false),
+        (Some("other.internal"), false),
+        (Some("redis.internal"), true),
+        (Some("REDIS.internal."), true),
+    ] {
+        let table = match name {
+            Some(name) => format!("{files}server_name = \"{name}\"\n"),
+            None => files.clone(),
+        };
+        let limits = limiter(&url, "named", &table);
+        let decision = limits.check("x/203.0.113.1", 1).await.unwrap();
+        assert_eq!(decision.allowed(), admitted, "server_name {name:?}");
+    }
+    assert_eq!(
+        server.command("EXISTS named:{/203.0.113.1}c").as_deref(),
+        Some(":1"),
+        "decided in Redis"
+    );
+    let limits = limiter(
+        &url,
+        "named",
+        &format!("{files}server_name = \"redis.internal\"\n"),
+    );
+    let mut admitted = 0;
+    for _ in 0..3 {
+        if limits.check("x/203.0.113.1", 1).await.unwrap().allowed() {
+            admitted += 1;
+        }
+    }
+    assert_eq!(
+        admitted, 1,
+        "3 an hour, 2 spent over the named connections before"
+    );
 }

@@ -481,8 +481,7 @@ async fn a_key_or_ca_that_fails_to_load_is_named_with_its_listener_at_start_and_
     options.resp = Some("127.0.0.1:0".parse().unwrap());
     let error = tollgate_server::Gateway::start(options)
         .await
-        .err()
-        .expect("a garbage key is fatal at start")
+        .expect_err("a garbage key is fatal at start")
         .to_string();
     let key_path = resp.key.display().to_string();
     assert!(
@@ -569,8 +568,7 @@ async fn a_key_or_ca_that_fails_to_load_is_named_with_its_listener_at_start_and_
     std::fs::write(&file, &config).unwrap();
     let error = tollgate_server::Gateway::start(crate::support::loopback_options(&file))
         .await
-        .err()
-        .expect("a bad client CA is fatal at start")
+        .expect_err("a bad client CA is fatal at start")
         .to_string();
     assert!(
         error.contains("proxy and admin listener: client_ca_file")
@@ -629,4 +627,65 @@ async fn a_redis_client_key_that_fails_to_load_is_named_in_config_and_readiness(
             )),
         "{shown}"
     );
+}
+
+/// A Redis whose certificate names only `redis.internal`, reached by address: the gateway
+/// verifies it against `[store.tls] server_name` and decides there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_reaches_a_redis_by_address_verified_against_server_name() {
+    use crate::support::redis::{RedisOptions, RedisServer, RedisTlsOptions};
+    let pki = Pki::new("redis-named");
+    let pair = pki.server_for("redis", &["redis.internal"]);
+    let Some(redis) = RedisServer::start_with(
+        "the_gateway_reaches_a_redis_by_address",
+        RedisOptions {
+            tls: Some(RedisTlsOptions {
+                cert: pair.cert.clone(),
+                key: pair.key.clone(),
+                ca: pki.ca.clone(),
+                client_certs: false,
+            }),
+            ..RedisOptions::default()
+        },
+    ) else {
+        return;
+    };
+    let config = |name: &str| {
+        format!(
+            "[limits]\n\"/\" = \"5/min\"\n[store]\nbackend = \"redis\"\n\
+             url = \"rediss://127.0.0.1:{}\"\nkey_prefix = \"named:\"\non_backend_error = \"deny\"\n\
+             [store.tls]\nca_file = \"{}\"\nserver_name = \"{name}\"\n",
+            redis.tls_port().unwrap(),
+            pki.ca.display()
+        )
+    };
+    let running = start_gateway(&config("redis.internal"), |_| {}).await;
+    let (proxy, admin) = (running.gateway.listen_addr(), running.gateway.admin_addr());
+    let ready = get(admin, "/readyz", &[]).await;
+    assert_eq!(ready.status, http::StatusCode::OK, "{}", ready.body);
+    let reply = get(proxy, "/hello", &[]).await;
+    assert_eq!(reply.status, http::StatusCode::OK, "{}", reply.body);
+    assert!(
+        reply.header("ratelimit").is_some_and(|h| h.contains("r=4")),
+        "{:?}",
+        reply.headers
+    );
+    assert_eq!(
+        redis.command("EXISTS named:{/127.0.0.1}c").as_deref(),
+        Some(":1"),
+        "decided in Redis: {:?}",
+        redis.command("KEYS *")
+    );
+
+    // Another name: the handshake fails, decided as on_backend_error = "deny" says.
+    let running = start_gateway(&config("cache.internal"), |_| {}).await;
+    let ready = get(running.gateway.admin_addr(), "/readyz", &[]).await;
+    assert_eq!(
+        ready.status,
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        ready.body
+    );
+    let reply = get(running.gateway.listen_addr(), "/hello", &[]).await;
+    assert_eq!(reply.status, http::StatusCode::TOO_MANY_REQUESTS);
 }

@@ -61,6 +61,9 @@ pub struct RedisTls {
     /// (`danger_accept_invalid_certificates = true`): anyone on the path can read and
     /// change every decision. For a test bench only.
     pub danger_accept_invalid_certificates: bool,
+    /// The name every Redis certificate must be for, and the SNI sent
+    /// (`server_name = "redis.internal"`); `None`: each address's own host.
+    pub server_name: Option<String>,
 }
 
 /// Who the Redis backends connect as, and through what.
@@ -169,6 +172,16 @@ fn compile_tls(
             .danger_accept_invalid_certificates
             .as_ref()
             .is_some_and(|danger| *danger.get_ref()),
+        server_name: tls
+            .server_name
+            .as_ref()
+            .and_then(|name| match server_name(name.get_ref()) {
+                Ok(name) => Some(name),
+                Err(reason) => {
+                    out.push(source.at(name.span(), reason));
+                    None
+                }
+            }),
     };
     if compiled.cert_file.is_some() != compiled.key_file.is_some() {
         out.push(source.at(
@@ -177,6 +190,30 @@ fn compile_tls(
         ));
     }
     compiled
+}
+
+/// `[store.tls] server_name`, checked: a DNS name (letters, digits, `-`, dot-separated
+/// labels of at most 63) or an IP address, as a certificate can name.
+fn server_name(text: &str) -> Result<String, String> {
+    let name = text.trim().trim_end_matches('.');
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    if name.parse::<std::net::IpAddr>().is_ok()
+        || (name.len() <= 253 && name.split('.').all(label_ok))
+    {
+        Ok(name.to_ascii_lowercase())
+    } else {
+        Err(format!(
+            "server_name \"{text}\" is not a DNS name or an IP address a certificate can name"
+        ))
+    }
 }
 
 /// The value of the environment variable `name` names, or a diagnostic saying why not.

@@ -34,7 +34,7 @@ fn escape_glob(text: &str) -> String {
 async fn scan(connection: &mut Connection, pattern: &str) -> redis::RedisResult<Vec<String>> {
     let masters = match connection {
         Connection::Single(_) => vec![None],
-        Connection::Cluster(_) => {
+        _ => {
             let slots: Value = redis::cmd("CLUSTER")
                 .arg("SLOTS")
                 .query_async(connection)
@@ -53,14 +53,20 @@ async fn scan(connection: &mut Connection, pattern: &str) -> redis::RedisResult<
                 .arg(pattern)
                 .arg("COUNT")
                 .arg(1_000);
-            let (next, batch): (u64, Vec<String>) = match (&mut *connection, &master) {
-                (Connection::Cluster(cluster), Some((host, port))) => {
-                    let routing = redis::cluster_routing::RoutingInfo::SingleNode(
-                        redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
-                            host: host.clone(),
-                            port: *port,
-                        },
-                    );
+            let routing = master.as_ref().map(|(host, port)| {
+                redis::cluster_routing::RoutingInfo::SingleNode(
+                    redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port: *port,
+                    },
+                )
+            });
+            let (next, batch): (u64, Vec<String>) = match (&mut *connection, routing) {
+                (Connection::Cluster(cluster), Some(routing)) => {
+                    redis::from_redis_value(cluster.route_command(command, routing).await?)?
+                }
+                #[cfg(feature = "tls")]
+                (Connection::NamedCluster(cluster), Some(routing)) => {
                     redis::from_redis_value(cluster.route_command(command, routing).await?)?
                 }
                 _ => command.query_async(&mut *connection).await?,

@@ -18,12 +18,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
-use redis::aio::ConnectionManager;
-
-use super::connect::{self, managers};
+use super::connect::{self, Link, Named, managers};
 use super::shards::{Shards, slot_of};
 use crate::config::{RedisConnection, RedisSettings};
+use parking_lot::Mutex;
 
 /// A master's address, as `CLUSTER SLOTS` gives it.
 pub(super) type Node = (String, u16);
@@ -34,14 +32,16 @@ pub(super) struct Masters {
     /// `rediss://` when the seed nodes are.
     tls: bool,
     connection: RedisConnection,
-    table: Mutex<HashMap<Node, Arc<[ConnectionManager]>>>,
+    /// With `server_name`: how TLS is named.
+    named: Named,
+    table: Mutex<HashMap<Node, Arc<[Link]>>>,
     turn: AtomicUsize,
 }
 
 impl Masters {
     /// Connections to be made to the masters `shards` names, as `settings` describes
     /// (credentials, TLS).
-    pub(super) fn new(settings: &RedisSettings, shards: Arc<Shards>) -> Masters {
+    pub(super) fn new(settings: &RedisSettings, shards: Arc<Shards>, named: Named) -> Masters {
         Masters {
             shards,
             tls: settings
@@ -49,6 +49,7 @@ impl Masters {
                 .iter()
                 .any(|url| url.starts_with("rediss://")),
             connection: settings.connection.clone(),
+            named,
             table: Mutex::new(HashMap::new()),
             turn: AtomicUsize::new(0),
         }
@@ -56,29 +57,24 @@ impl Masters {
 
     /// A connection to the master serving `key`'s slot; `None` until the slot table has
     /// been read (the cluster client routes meanwhile).
-    pub(super) fn for_key(&self, key: &str, settings: &RedisSettings) -> Option<ConnectionManager> {
+    pub(super) fn for_key(&self, key: &str, settings: &RedisSettings) -> Option<Link> {
         self.for_slot(slot_of(key), settings)
     }
 
     /// A connection to the master serving `slot`.
-    pub(super) fn for_slot(
-        &self,
-        slot: u16,
-        settings: &RedisSettings,
-    ) -> Option<ConnectionManager> {
+    pub(super) fn for_slot(&self, slot: u16, settings: &RedisSettings) -> Option<Link> {
         let shard = self.shards.for_slot(slot);
         self.to(shard.master.as_ref()?, settings)
     }
 
     /// A connection to `node`, made (lazily: nothing connects yet) on first use.
-    pub(super) fn to(&self, node: &Node, settings: &RedisSettings) -> Option<ConnectionManager> {
+    pub(super) fn to(&self, node: &Node, settings: &RedisSettings) -> Option<Link> {
         let all = {
             let mut table = self.table.lock();
             match table.get(node) {
                 Some(all) => Arc::clone(all),
                 None => {
-                    let made: Arc<[ConnectionManager]> =
-                        self.connect(node, settings)?.into_iter().collect();
+                    let made: Arc<[Link]> = self.connect(node, settings)?.into_iter().collect();
                     table.insert(node.clone(), Arc::clone(&made));
                     made
                 }
@@ -117,24 +113,21 @@ impl Masters {
         self.shards.expire();
     }
 
-    fn connect(
-        &self,
-        (host, port): &Node,
-        settings: &RedisSettings,
-    ) -> Option<Vec<ConnectionManager>> {
+    fn connect(&self, (host, port): &Node, settings: &RedisSettings) -> Option<Vec<Link>> {
         let scheme = if self.tls { "rediss" } else { "redis" };
         let host = if host.contains(':') {
             format!("[{host}]")
         } else {
             host.clone()
         };
-        let client = match connect::single(&format!("{scheme}://{host}:{port}"), &self.connection) {
-            Ok(client) => client,
+        let url = format!("{scheme}://{host}:{port}");
+        let server = match connect::single(&url, &self.connection, &self.named) {
+            Ok(server) => server,
             Err(error) => {
                 tracing::warn!(%error, "cannot address a Redis Cluster master directly");
                 return None;
             }
         };
-        managers(&client, settings).ok()
+        managers(&server, settings).ok()
     }
 }

@@ -70,6 +70,8 @@ mod hybrid;
 mod keys;
 mod listing;
 mod masters;
+#[cfg(feature = "tls")]
+mod named;
 mod pool;
 mod scripts;
 mod shards;
@@ -150,10 +152,12 @@ impl RedisStore {
     /// A store for the server `settings.url` names. Nothing connects yet: the first
     /// decision does, inside the caller's tokio runtime. Fails only on a malformed URL.
     pub fn new(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
-        let client = connect::single(&settings.url, &settings.connection)
-            .map_err(|reason| StoreError::Invalid { reason })?;
+        let invalid = |reason| StoreError::Invalid { reason };
+        let named = connect::naming(&settings.connection).map_err(invalid)?;
+        let server =
+            connect::single(&settings.url, &settings.connection, &named).map_err(invalid)?;
         Ok(RedisStore::with(
-            Pool::single(client),
+            Pool::single(server),
             Arc::new(Shards::single()),
             settings,
         ))
@@ -174,14 +178,16 @@ impl RedisStore {
     /// # Ok::<(), tollgate::store::StoreError>(())
     /// ```
     pub fn cluster(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
-        let builder =
-            connect::cluster(settings).map_err(|reason| StoreError::Invalid { reason })?;
+        let invalid = |reason| StoreError::Invalid { reason };
+        let named = connect::naming(&settings.connection).map_err(invalid)?;
+        let builder = connect::cluster(settings, &named).map_err(invalid)?;
         let shards = Arc::new(Shards::cluster());
-        let pool = Pool::cluster(builder, settings, Arc::clone(&shards)).map_err(|error| {
-            StoreError::Invalid {
-                reason: format!("Redis Cluster nodes {:?}: {error}", settings.nodes),
-            }
-        })?;
+        let pool =
+            Pool::cluster(builder, settings, Arc::clone(&shards), named).map_err(|error| {
+                StoreError::Invalid {
+                    reason: format!("Redis Cluster nodes {:?}: {error}", settings.nodes),
+                }
+            })?;
         Ok(RedisStore::with(pool, shards, settings))
     }
 
@@ -202,10 +208,11 @@ impl RedisStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sentinel(settings: &RedisSettings) -> Result<RedisStore, StoreError> {
-        let client = connect::sentinel(&settings.connection)
-            .map_err(|reason| StoreError::Invalid { reason })?;
+        let invalid = |reason| StoreError::Invalid { reason };
+        let named = connect::naming(&settings.connection).map_err(invalid)?;
+        let sentinels = connect::sentinel(&settings.connection, &named).map_err(invalid)?;
         Ok(RedisStore::with(
-            Pool::sentinel(client),
+            Pool::sentinel(sentinels),
             Arc::new(Shards::single()),
             settings,
         ))

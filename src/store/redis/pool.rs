@@ -13,14 +13,19 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use super::connect::{connection_timeout, managers, response_timeout};
+#[cfg(feature = "tls")]
+use super::connect::with_credentials;
+use super::connect::{
+    Link, Named, Sentinels, Server, connection_timeout, managers, response_timeout,
+};
 use super::masters::Masters;
+#[cfg(feature = "tls")]
+use super::named::NamedClusterLink;
 use super::scripts::SCRIPT;
 use super::shards::Shards;
 use crate::config::RedisSettings;
@@ -36,20 +41,21 @@ const CLUSTER_MAX_RETRY_WAIT_MS: u64 = 100;
 
 /// What the store connects to.
 enum Target {
-    Single(Box<redis::Client>),
-    Cluster(Box<ClusterClient>),
+    Single(Box<Server>),
+    /// The cluster client, and (with `server_name`) how its TLS is named.
+    Cluster(Box<ClusterClient>, Named),
     Sentinel(Box<Sentinel>),
 }
 
 /// The sentinels, and the master they last named with connections to it.
 struct Sentinel {
-    client: tokio::sync::Mutex<SentinelClient>,
+    sentinels: tokio::sync::Mutex<Sentinels>,
     master: ArcSwapOption<Master>,
 }
 
 /// Connections to one master.
 struct Master {
-    connections: Vec<ConnectionManager>,
+    connections: Vec<Link>,
     /// When the sentinels named it: it is not dropped again within [`RESOLVE_AT_MOST`].
     resolved: Instant,
 }
@@ -58,16 +64,20 @@ struct Master {
 const RESOLVE_AT_MOST: Duration = Duration::from_millis(100);
 
 enum Connections {
-    Single(Vec<ConnectionManager>),
+    Single(Vec<Link>),
     Cluster(ClusterConnection),
+    #[cfg(feature = "tls")]
+    NamedCluster(ClusterConnection<NamedClusterLink>),
 }
 
 /// One connection to use for a command: to the one server, or to the cluster (routed by
 /// the command's key).
 #[derive(Clone)]
 pub(super) enum Connection {
-    Single(ConnectionManager),
+    Single(Link),
     Cluster(ClusterConnection),
+    #[cfg(feature = "tls")]
+    NamedCluster(ClusterConnection<NamedClusterLink>),
 }
 
 impl ConnectionLike for Connection {
@@ -75,6 +85,8 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Single(connection) => connection.req_packed_command(cmd),
             Connection::Cluster(connection) => connection.req_packed_command(cmd),
+            #[cfg(feature = "tls")]
+            Connection::NamedCluster(connection) => connection.req_packed_command(cmd),
         }
     }
 
@@ -91,6 +103,10 @@ impl ConnectionLike for Connection {
             Connection::Cluster(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
+            #[cfg(feature = "tls")]
+            Connection::NamedCluster(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
         }
     }
 
@@ -98,6 +114,8 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Single(connection) => connection.get_db(),
             Connection::Cluster(connection) => connection.get_db(),
+            #[cfg(feature = "tls")]
+            Connection::NamedCluster(connection) => connection.get_db(),
         }
     }
 }
@@ -116,25 +134,26 @@ pub(super) struct Pool {
 
 impl Pool {
     /// A pool for one server; nothing connects until the first call.
-    pub(super) fn single(client: redis::Client) -> Pool {
-        Pool::new(Target::Single(Box::new(client)))
+    pub(super) fn single(server: Server) -> Pool {
+        Pool::new(Target::Single(Box::new(server)))
     }
 
-    /// A pool for the master `client`'s sentinels name; nothing connects until the first
-    /// call.
-    pub(super) fn sentinel(client: SentinelClient) -> Pool {
+    /// A pool for the master `sentinels` name; nothing connects until the first call.
+    pub(super) fn sentinel(sentinels: Sentinels) -> Pool {
         Pool::new(Target::Sentinel(Box::new(Sentinel {
-            client: tokio::sync::Mutex::new(client),
+            sentinels: tokio::sync::Mutex::new(sentinels),
             master: ArcSwapOption::empty(),
         })))
     }
 
     /// A pool for the Redis Cluster `builder` describes (its seed nodes, credentials and
-    /// TLS); nothing connects until the first call. Fails only on a malformed URL.
+    /// TLS, named when `named` says); nothing connects until the first call. Fails only on
+    /// a malformed URL.
     pub(super) fn cluster(
         builder: ClusterClientBuilder,
         settings: &RedisSettings,
         shards: Arc<Shards>,
+        named: Named,
     ) -> redis::RedisResult<Pool> {
         let client = builder
             .retries(CLUSTER_RETRIES)
@@ -145,8 +164,8 @@ impl Pool {
             .response_timeout(response_timeout(settings))
             .overall_response_timeout(Some(response_timeout(settings)))
             .build()?;
-        let mut pool = Pool::new(Target::Cluster(Box::new(client)));
-        pool.masters = Some(Masters::new(settings, shards));
+        let mut pool = Pool::new(Target::Cluster(Box::new(client), named.clone()));
+        pool.masters = Some(Masters::new(settings, shards, named));
         Ok(pool)
     }
 
@@ -163,7 +182,7 @@ impl Pool {
 
     /// Whether this is a Redis Cluster.
     pub(super) fn is_cluster(&self) -> bool {
-        matches!(self.target, Target::Cluster(_))
+        matches!(self.target, Target::Cluster(..))
     }
 
     /// A connection to use: for one server, one of the multiplexed connections in turn.
@@ -187,11 +206,15 @@ impl Pool {
         match connections {
             Connections::Single(all) => self.in_turn(all),
             Connections::Cluster(connection) => Ok(Connection::Cluster(connection.clone())),
+            #[cfg(feature = "tls")]
+            Connections::NamedCluster(connection) => {
+                Ok(Connection::NamedCluster(connection.clone()))
+            }
         }
     }
 
     /// One of `all`, in turn.
-    fn in_turn(&self, all: &[ConnectionManager]) -> redis::RedisResult<Connection> {
+    fn in_turn(&self, all: &[Link]) -> redis::RedisResult<Connection> {
         let turn = self.turn.fetch_add(1, Ordering::Relaxed);
         all.get(turn % all.len().max(1))
             .cloned()
@@ -205,13 +228,25 @@ impl Pool {
         sentinel: &Sentinel,
         settings: &RedisSettings,
     ) -> redis::RedisResult<Arc<Master>> {
-        let mut client = sentinel.client.lock().await;
+        let mut sentinels = sentinel.sentinels.lock().await;
         if let Some(master) = sentinel.master.load_full() {
             return Ok(master);
         }
-        let redis = client.async_get_client().await?;
-        drop(client);
-        let connections = managers(&redis, settings)?;
+        let server = match &mut *sentinels {
+            Sentinels::Client(client) => Server::Client(client.async_get_client().await?),
+            #[cfg(feature = "tls")]
+            Sentinels::Named(named) => {
+                let (host, port) = named.master(connection_timeout(settings)).await?;
+                Server::Named {
+                    naming: Arc::clone(&named.naming),
+                    host,
+                    port,
+                    login: named.master_login.clone(),
+                }
+            }
+        };
+        drop(sentinels);
+        let connections = managers(&server, settings)?;
         if let Some(first) = connections.first() {
             self.script.load_async(&mut first.clone()).await?;
         }
@@ -219,7 +254,7 @@ impl Pool {
             connections,
             resolved: Instant::now(),
         });
-        tracing::info!(address = ?redis.get_connection_info().addr(), "Sentinel named the Redis master");
+        tracing::info!(address = %server.address(), "Sentinel named the Redis master");
         sentinel.master.store(Some(Arc::clone(&master)));
         Ok(master)
     }
@@ -254,8 +289,19 @@ impl Pool {
 
     async fn connect(&self, settings: &RedisSettings) -> redis::RedisResult<Connections> {
         let connections = match &self.target {
-            Target::Single(client) => Connections::Single(managers(client, settings)?),
-            Target::Cluster(client) => Connections::Cluster(client.get_async_connection().await?),
+            Target::Single(server) => Connections::Single(managers(server, settings)?),
+            #[cfg(feature = "tls")]
+            Target::Cluster(client, Some(naming)) => {
+                self.register_seed_topology(naming, settings).await;
+                Connections::NamedCluster(
+                    client
+                        .get_async_generic_connection::<NamedClusterLink>()
+                        .await?,
+                )
+            }
+            Target::Cluster(client, _) => {
+                Connections::Cluster(client.get_async_connection().await?)
+            }
             Target::Sentinel(_) => {
                 return Err(redis::RedisError::from((
                     redis::ErrorKind::Client,
@@ -269,6 +315,10 @@ impl Pool {
         let mut first = match &connections {
             Connections::Single(all) => all.first().cloned().map(Connection::Single),
             Connections::Cluster(connection) => Some(Connection::Cluster(connection.clone())),
+            #[cfg(feature = "tls")]
+            Connections::NamedCluster(connection) => {
+                Some(Connection::NamedCluster(connection.clone()))
+            }
         };
         if let Some(connection) = first.as_mut() {
             self.script.load_async(connection).await?;
@@ -379,14 +429,14 @@ impl Pool {
                 result
             }
             Connection::Cluster(mut connection) => {
-                let route = redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(
-                    redis::cluster_routing::Route::new(
-                        slot,
-                        redis::cluster_routing::SlotAddr::Master,
-                    ),
-                );
                 connection
-                    .route_pipeline(pipeline, 0, calls.len(), route)
+                    .route_pipeline(pipeline, 0, calls.len(), master_of(slot))
+                    .await
+            }
+            #[cfg(feature = "tls")]
+            Connection::NamedCluster(mut connection) => {
+                connection
+                    .route_pipeline(pipeline, 0, calls.len(), master_of(slot))
                     .await
             }
         }
@@ -409,20 +459,70 @@ impl Pool {
                 _ => None,
             }
         };
+        let mut reply = None;
         if let Some(masters) = &self.masters {
             for node in masters.known() {
                 if let Some(direct) = masters.to(&node, settings)
-                    && let Some(reply) = ask(Connection::Single(direct)).await
+                    && let Some(read) = ask(Connection::Single(direct)).await
                 {
-                    return Some(reply);
+                    reply = Some(read);
+                    break;
                 }
             }
         }
-        let connection = tokio::time::timeout(wait, self.connection(settings))
-            .await
-            .ok()?
-            .ok()?;
-        ask(connection).await
+        if reply.is_none() {
+            let connection = tokio::time::timeout(wait, self.connection(settings))
+                .await
+                .ok()?
+                .ok()?;
+            reply = ask(connection).await;
+        }
+        // Nodes that joined (a replica promoted, a node added) are verified by name too.
+        #[cfg(feature = "tls")]
+        if let (Target::Cluster(_, Some(naming)), Some(read)) = (&self.target, &reply) {
+            super::named::register_nodes(naming, super::named::nodes_in(read));
+        }
+        reply
+    }
+
+    /// Before the cluster client's first connection with `server_name`: the nodes a seed
+    /// names in `CLUSTER SLOTS`, registered for its connections to verify (they know
+    /// only the addresses). A seed that does not answer leaves it to the nodes read later.
+    #[cfg(feature = "tls")]
+    async fn register_seed_topology(
+        &self,
+        naming: &Arc<super::named::Naming>,
+        settings: &RedisSettings,
+    ) {
+        let mut seeds = Vec::new();
+        for url in &settings.nodes {
+            if let Ok((host, port, login)) = super::named::address_of(url) {
+                seeds.push((host, port, login));
+            }
+        }
+        super::named::register_nodes(naming, seeds.iter().map(|(h, p, _)| (h.clone(), *p)));
+        for (host, port, login) in seeds {
+            let login = with_credentials(login, &settings.connection);
+            let server = Server::Named {
+                naming: Arc::clone(naming),
+                host,
+                port,
+                login,
+            };
+            let Ok(links) = managers(&server, settings) else {
+                continue;
+            };
+            let Some(mut link) = links.into_iter().next() else {
+                continue;
+            };
+            let mut command = redis::cmd("CLUSTER");
+            command.arg("SLOTS");
+            let asked = command.query_async::<Value>(&mut link);
+            if let Ok(Ok(reply)) = tokio::time::timeout(connection_timeout(settings), asked).await {
+                super::named::register_nodes(naming, super::named::nodes_in(&reply));
+                return;
+            }
+        }
     }
 
     /// After the slot table changed: connections to former masters are dropped.
@@ -442,4 +542,12 @@ impl Pool {
     pub(super) fn script_hash(&self) -> &str {
         self.script.get_hash()
     }
+}
+
+/// The route of a pipeline to the master of `slot`.
+fn master_of(slot: u16) -> redis::cluster_routing::SingleNodeRoutingInfo {
+    redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(redis::cluster_routing::Route::new(
+        slot,
+        redis::cluster_routing::SlotAddr::Master,
+    ))
 }
