@@ -34,7 +34,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 
-use super::connect::Made;
+
+/// Why a connection could not be set up.
+type Made<T> = Result<T, String>;
 
 /// How this store's TLS connections are made and verified: the name, and rustls's
 /// configuration (roots, client certificate).
