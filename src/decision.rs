@@ -36,6 +36,21 @@ pub struct Decision {
     rule: Option<Arc<str>>,
     /// The deciding rule only measures (`shadow = true`).
     shadow: bool,
+    /// When a request met several limits (a rule and its `also` limits): which spoke, and
+    /// which the headers list.
+    stack: Option<Arc<StackNote>>,
+}
+
+/// What a decision over several limits at once keeps for its response: the limit whose
+/// decision this is (the refusing one that keeps the client waiting longest, or the one
+/// closest to refusing among those shown), and every limit the headers list with the quota
+/// that decided it — each by its index in the rule set that decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StackNote {
+    pub(crate) speaker: usize,
+    /// Whether the speaker is shown in the headers (`headers = false` limits are not).
+    pub(crate) speaker_shown: bool,
+    pub(crate) shown: Vec<(usize, usize)>,
 }
 
 /// What is left, in the form the algorithm knows it.
@@ -72,6 +87,7 @@ impl Decision {
             reset: 0,
             rule: None,
             shadow: false,
+            stack: None,
         }
     }
 
@@ -95,6 +111,7 @@ impl Decision {
             reset: debt,
             rule: None,
             shadow: false,
+            stack: None,
         }
     }
 
@@ -121,6 +138,7 @@ impl Decision {
             reset,
             rule: None,
             shadow: false,
+            stack: None,
         }
     }
 
@@ -165,6 +183,16 @@ impl Decision {
     pub(crate) fn with_shadow(mut self, shadow: bool) -> Decision {
         self.shadow = shadow;
         self
+    }
+
+    pub(crate) fn with_stack(mut self, note: StackNote) -> Decision {
+        self.stack = Some(Arc::new(note));
+        self
+    }
+
+    /// For a decision over several limits: which spoke and which the headers list.
+    pub(crate) fn stack(&self) -> Option<&StackNote> {
+        self.stack.as_deref()
     }
 
     /// Whether the request may pass (and, for a consuming check, has taken its tokens).

@@ -19,8 +19,8 @@ pub use algorithm::{Algorithm, Delay, Shaping};
 pub use concurrency::{AdaptiveSettings, Concurrency};
 pub use decision::Decision;
 pub use limits::{
-    BucketBy, CallerBucket, KeyCheck, Limits, LimitsBuilder, RequestCost, Reservation, Suggestion,
-    TakeOptions,
+    BucketBy, CallerBucket, DecisionFuture, KeyCheck, Limits, LimitsBuilder, RequestCost,
+    Reservation, Suggestion, TakeOptions,
 };
 pub use middleware::{RateLimit, RateLimitLayer, ResponseFuture, body, response};
 pub use quota::Quota;

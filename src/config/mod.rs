@@ -17,6 +17,7 @@
 //! # Ok::<(), tollgate::config::ConfigError>(())
 //! ```
 
+mod also;
 mod changes;
 mod compile;
 #[cfg(feature = "yaml")]
@@ -34,6 +35,7 @@ mod schema;
 mod settings;
 pub(crate) mod source;
 
+pub use also::{AlsoBy, AlsoLimit};
 pub use changes::RuleChange;
 pub use error::{ConfigError, Diagnostic};
 pub use explain::{Explanation, PartValue, Step};

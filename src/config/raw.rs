@@ -277,6 +277,58 @@ pub(crate) struct RawRule {
     pub(crate) candidates: Option<Spanned<Vec<Spanned<OneOrMany<String>>>>>,
     /// `suggest = true`: measure each client's peak rate for suggestions.
     pub(crate) suggest: Option<Spanned<bool>>,
+    /// `[limits."KEY".also]`: named limits applying beside the most specific rule to every
+    /// request under the key.
+    pub(crate) also: Option<Spanned<BTreeMap<Spanned<String>, Spanned<RawAlso>>>>,
+}
+
+/// One entry of `[limits."KEY".also]`: a limit applying to every request under the rule's
+/// key beside its most specific rule, with a bucket per value of `per`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAlso {
+    /// The rate, or several (all must admit): "2000/s", ["100/min", "10000/h"].
+    #[cfg_attr(feature = "schema", schemars(with = "Option<OneOrMany<String>>"))]
+    pub(crate) rate: Option<Spanned<OneOrMany<String>>>,
+    /// How many may pass at once (per rate); defaults to the rate's count.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<OneOrMany<i64>>"))]
+    pub(crate) burst: Option<Spanned<OneOrMany<i64>>>,
+    /// Whose bucket: "client" (the default), "global" (one for all), or a key part —
+    /// "host", "method", "header:NAME", "query:NAME", "cookie:NAME" — one bucket per value.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) per: Option<Spanned<String>>,
+    /// "gcra" (default), "sliding-window", "fixed-window" or "sliding-log".
+    #[cfg_attr(feature = "schema", schemars(with = "Option<Algorithm>"))]
+    pub(crate) algorithm: Option<Spanned<Algorithm>>,
+    /// Count per calendar day, week or month in this IANA time zone.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) calendar: Option<Spanned<String>>,
+    /// With algorithm = "sliding-window": the sub-window length.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) resolution: Option<Spanned<String>>,
+    /// Tokens each request takes (default 1), or a reservation settled from the response.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<schema_parts::CostSetting>")
+    )]
+    pub(crate) cost: Option<Spanned<RawCost>>,
+    /// Listed in the rate-limit headers (default true); false: enforced, never shown (a
+    /// refusal still says Retry-After).
+    #[cfg_attr(feature = "schema", schemars(with = "Option<bool>"))]
+    pub(crate) headers: Option<Spanned<bool>>,
+    // Fields a rule takes that an `also` entry does not: read only to refuse them with a
+    // reason, rather than as unknown.
+    #[cfg_attr(feature = "schema", schemars(skip))]
+    pub(crate) on_limit: Option<Spanned<toml::Value>>,
+    #[cfg_attr(feature = "schema", schemars(skip))]
+    pub(crate) max_delay: Option<Spanned<toml::Value>>,
+    #[cfg_attr(feature = "schema", schemars(skip))]
+    pub(crate) delay_after: Option<Spanned<toml::Value>>,
+    #[cfg_attr(feature = "schema", schemars(skip))]
+    pub(crate) warmup: Option<Spanned<toml::Value>>,
+    #[cfg_attr(feature = "schema", schemars(skip))]
+    pub(crate) concurrency: Option<Spanned<toml::Value>>,
 }
 
 /// `cost = { reserve = N, from = "header:NAME" | "trailer:NAME" | "json:/pointer", max = M }`
@@ -298,7 +350,7 @@ pub(crate) struct RawSettle {
 }
 
 /// `cost`: a number of tokens, or a reservation settled from the response.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum RawCost {
     Fixed(i64),
     Settled(RawSettle),
@@ -416,6 +468,14 @@ pub(crate) struct RawRuleTable {
     /// (on by itself for a rule with candidates).
     #[cfg_attr(feature = "schema", schemars(with = "Option<bool>"))]
     suggest: Option<Spanned<bool>>,
+    /// Limits applying beside the most specific rule to every request under this key, by
+    /// name: `everyone = { rate = "2000/s", per = "global" }`, `org = { rate =
+    /// "10000/hour", per = "header:x-org" }`. A request is admitted only if all admit.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<BTreeMap<String, RawAlso>>")
+    )]
+    also: Option<Spanned<BTreeMap<Spanned<String>, Spanned<RawAlso>>>>,
 }
 
 impl<'de> Deserialize<'de> for RawRule {
@@ -472,6 +532,7 @@ impl<'de> Deserialize<'de> for RawRule {
                     requests: table.requests,
                     candidates: table.candidates,
                     suggest: table.suggest,
+                    also: table.also,
                 })
             }
         }

@@ -13,6 +13,7 @@ use crate::algorithm::Algorithm;
 use crate::key::Client;
 use crate::quota::Quota;
 
+use super::also::AlsoLimit;
 use super::raw::Per;
 
 /// A rule's identity inside one [`Limits`](crate::Limits): buckets are keyed by it.
@@ -62,6 +63,14 @@ pub struct Rule {
     tracks_peaks: bool,
     /// `tracks_peaks` or candidates: whether requests are measured beside the decision.
     tuned: bool,
+    /// For an `also` limit: its name, whose bucket, whether headers show it.
+    also: Option<Box<AlsoLimit>>,
+    /// The rule's own `also` limits: where each is in its rule set, in name order.
+    own_also: Vec<usize>,
+    /// The `also` limits a request resolved to this rule meets — its own and those of the
+    /// rules whose keys are segment prefixes of its key, root first — by index in its rule
+    /// set. Empty for most rules: one load on the request path says so.
+    stack: Arc<[usize]>,
 }
 
 /// What a rule does.
@@ -257,17 +266,7 @@ impl Rule {
     pub(super) fn new(key: String, id: RuleId, limit: Limit, origin: Origin) -> Rule {
         let name: Arc<str> = Arc::from(display_name(&key));
         let policy_name = structured_string(&name);
-        let policies = match &limit {
-            Limit::Unlimited => Vec::new(),
-            Limit::Limited { quotas, .. } => quotas
-                .iter()
-                .filter_map(|quota| {
-                    let window = crate::decision::ceil_secs(quota.window()).max(1);
-                    let text = format!("{policy_name};q={};w={window}", quota.burst());
-                    HeaderValue::from_str(&text).ok()
-                })
-                .collect(),
-        };
+        let policies = policies(&policy_name, &limit);
         Rule {
             key,
             name,
@@ -282,7 +281,55 @@ impl Rule {
             candidate: None,
             tracks_peaks: false,
             tuned: false,
+            also: None,
+            own_also: Vec::new(),
+            stack: Arc::from([]),
         }
+    }
+
+    /// The `also` limit `also` of this rule: the same key and origin under `limit`, named
+    /// `rule#name`, with buckets of its own (`id`).
+    pub(super) fn for_also(&self, also: AlsoLimit, id: RuleId, limit: Limit) -> Rule {
+        let name = format!("{}#{}", self.name, also.name());
+        let mut variant = Rule::new(self.key.clone(), id, limit, self.origin.clone());
+        variant.policy_name = structured_string(&name);
+        variant.policies = policies(&variant.policy_name, &variant.limit);
+        variant.name = Arc::from(name);
+        variant.also = Some(Box::new(also));
+        variant
+    }
+
+    /// Records that this rule's own `also` limit is at `index` in its rule set.
+    pub(super) fn add_also(&mut self, index: usize) {
+        self.own_also.push(index);
+    }
+
+    /// Where this rule's own `also` limits are in its rule set.
+    pub(super) fn own_also(&self) -> &[usize] {
+        &self.own_also
+    }
+
+    /// Where this rule's plan variants are in its rule set.
+    pub(super) fn plan_variant_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.plans.iter().map(|&(_, index)| index)
+    }
+
+    /// Sets the `also` limits a request resolved to this rule meets.
+    pub(super) fn set_stack(&mut self, stack: Arc<[usize]>) {
+        self.stack = stack;
+    }
+
+    /// The `also` limits a request resolved to this rule meets, by index in its rule set
+    /// (see [`RuleSet::stack`](super::RuleSet::stack)).
+    #[inline]
+    pub(crate) fn stack_indices(&self) -> &Arc<[usize]> {
+        &self.stack
+    }
+
+    /// For an `also` limit (what [`RuleSet::stack`](super::RuleSet::stack) yields), what
+    /// makes it one; `None` for rules themselves.
+    pub fn also(&self) -> Option<&AlsoLimit> {
+        self.also.as_deref()
     }
 
     /// This rule's candidate `label`: the same key and origin under `limit`, with buckets
@@ -354,6 +401,10 @@ impl Rule {
     /// the key and the candidate's label after `#` (no request path holds a `#`), `/`
     /// written `:` so that the last `/` of a bucket name still comes before the client.
     pub(crate) fn store_key(&self) -> std::borrow::Cow<'_, str> {
+        if let Some(also) = &self.also {
+            // `also` names hold no `/` or `:`; candidate labels are rates, which always do.
+            return std::borrow::Cow::Owned(format!("{}#{}", self.key, also.name()));
+        }
         match &self.candidate {
             None => std::borrow::Cow::Borrowed(&self.key),
             Some(label) => {
@@ -461,6 +512,10 @@ impl Rule {
             Limit::Limited {
                 per: Per::Global, ..
             } => out.push_str(&self.name),
+            // An `also` limit's bucket: `rule#name/value` (`/#org/acme`).
+            _ if self.also.is_some() => {
+                let _ = write!(out, "{}/{client}", self.name);
+            }
             _ if self.key.is_empty() => {
                 let _ = write!(out, "{client}");
             }
@@ -639,6 +694,21 @@ impl Rule {
     /// The precomputed `RateLimit-Policy` value for quota `index`.
     pub(crate) fn policy(&self, index: usize) -> Option<&HeaderValue> {
         self.policies.get(index)
+    }
+}
+
+/// Each quota's `RateLimit-Policy` value under `policy_name`.
+fn policies(policy_name: &str, limit: &Limit) -> Vec<HeaderValue> {
+    match limit {
+        Limit::Unlimited => Vec::new(),
+        Limit::Limited { quotas, .. } => quotas
+            .iter()
+            .filter_map(|quota| {
+                let window = crate::decision::ceil_secs(quota.window()).max(1);
+                let text = format!("{policy_name};q={};w={window}", quota.burst());
+                HeaderValue::from_str(&text).ok()
+            })
+            .collect(),
     }
 }
 

@@ -86,6 +86,12 @@ impl RuleSet {
         }
     }
 
+    /// Lets `change` finish the rules (all of them, and how many a key resolves to) before
+    /// the set is used.
+    pub(super) fn with_rules(&mut self, change: impl FnOnce(&mut [Rule], usize)) {
+        change(&mut self.rules, self.resolvable);
+    }
+
     /// Keeps what the extensions made of their tables.
     pub(super) fn extended(&mut self, outputs: Vec<Arc<dyn Any + Send + Sync>>) {
         self.extensions = outputs;
@@ -181,6 +187,60 @@ impl RuleSet {
             None => self.plans.for_identity(identity).map(|(plan, _)| plan),
         };
         self.plan_index(index, chosen.as_deref())
+    }
+
+    /// The `also` limits a request resolved to `rule` meets (`[limits."KEY".also]` of its
+    /// own and of every rule whose key is a segment prefix of its key), root first: each a
+    /// rule of its own, named `rule#name`. See the [`also` module](super::AlsoLimit).
+    ///
+    /// ```
+    /// let rules = tollgate::config::RuleSet::from_toml(
+    ///     "[limits.\"/\".also]\neveryone = { rate = \"2000/s\", per = \"global\" }\n[limits.login]\nrate = \"5/min\"\n",
+    /// )?;
+    /// let login = rules.get("login").unwrap();
+    /// let everyone = rules.stack(login).next().unwrap();
+    /// assert_eq!(everyone.name(), "/#everyone");
+    /// assert_eq!(everyone.per(), Some(tollgate::config::Per::Global));
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn stack<'s>(&'s self, rule: &'s Rule) -> impl Iterator<Item = &'s Rule> + 's {
+        rule.stack_indices()
+            .iter()
+            .filter_map(|&index| self.rules.get(index))
+    }
+
+    /// Every `also` limit of every rule, each once.
+    pub fn also_limits(&self) -> impl Iterator<Item = &Rule> {
+        self.rules[self.resolvable..]
+            .iter()
+            .filter(|rule| rule.also().is_some())
+    }
+
+    /// Every rule that keeps buckets of its own: the rules, their candidates and their
+    /// `also` limits (a plan's variant shares its rule's).
+    pub(crate) fn bucket_rules(&self) -> impl Iterator<Item = &Rule> {
+        self.rules().iter().chain(
+            self.rules[self.resolvable..]
+                .iter()
+                .filter(|rule| rule.also().is_some() || rule.candidate().is_some()),
+        )
+    }
+
+    /// The rule or `also` limit a shared store names its buckets by (`api`, `api#org`;
+    /// see `Rule::store_key`), if the set has it.
+    pub(crate) fn by_store_key(&self, key: &str) -> Option<&Rule> {
+        match key.split_once('#') {
+            Some((rule, name)) => self.also_named(self.get(rule)?, name),
+            None => self.get(key),
+        }
+    }
+
+    /// The `also` limit `name` of `rule` (its own, not its ancestors'), if it has one.
+    pub fn also_named(&self, rule: &Rule, name: &str) -> Option<&Rule> {
+        rule.own_also()
+            .iter()
+            .filter_map(|&index| self.rules.get(index))
+            .find(|also| also.also().is_some_and(|a| a.name() == name))
     }
 
     /// `rule`'s candidate limits, each with its label (its rates as written), in the order

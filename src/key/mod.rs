@@ -19,5 +19,6 @@ pub use client::{
 };
 pub(crate) use client::{SegmentBuffer, from_trusted_proxy};
 pub use forwarded::TrustedProxies;
+pub(crate) use parts::part_value;
 pub use parts::{ABSENT, KeyPart, KeyParts, KeyPartsError, MAX_PART};
 pub use path::{RouteSettings, normalize_route};

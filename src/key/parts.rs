@@ -339,7 +339,7 @@ impl FromStr for KeyParts {
 }
 
 /// The segment `part` gives for `request` (`route` and `client` are written by the caller).
-fn part_value<'r, B>(part: &KeyPart, request: &'r Request<B>) -> Cow<'r, str> {
+pub(crate) fn part_value<'r, B>(part: &KeyPart, request: &'r Request<B>) -> Cow<'r, str> {
     match part {
         KeyPart::Route | KeyPart::Client => Cow::Borrowed(""),
         KeyPart::Method => segment(request.method().as_str().as_bytes()),

@@ -2,16 +2,86 @@
 //! user's own code — decides through these methods. A decision reads the rule snapshot once,
 //! the clock once, and asks the store once.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use http::Request;
 
 use super::Active;
+use super::stack::{NoParts, StackFuture, draws};
 use super::{Entry, Limits, QueuedPermit};
 use crate::clock::Timestamp;
 use crate::concurrency::Permit;
 use crate::config::{Limit, Per, Rule};
 use crate::decision::Decision;
 use crate::key::{Client, SegmentBuffer, normalize_route};
+use std::sync::Arc;
+
 use crate::store::{BucketRef, CheckMode, CheckRequest, Store, StoreError};
+
+/// A decision on its way: one bucket's, as the store answers it, or several limits'
+/// together (a rule and its `also` limits).
+pub(crate) enum Deciding<F> {
+    One(F),
+    Stack(StackFuture),
+}
+
+impl<F> Future for Deciding<F>
+where
+    F: Future<Output = Result<Decision, StoreError>> + Unpin,
+{
+    type Output = Result<Decision, StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Deciding::One(future) => Pin::new(future).poll(cx),
+            Deciding::Stack(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
+/// The decision [`Limits::check_request`] started: await it, or, from a store that answers
+/// at once (the in-memory one), take it with [`into_inner`](Self::into_inner).
+#[must_use = "a decision does nothing until it is awaited or taken"]
+pub struct DecisionFuture<F>(Deciding<F>);
+
+impl<F> std::fmt::Debug for DecisionFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Deciding::One(_) => "DecisionFuture(one limit)",
+            Deciding::Stack(_) => "DecisionFuture(several limits)",
+        })
+    }
+}
+
+impl<F> Future for DecisionFuture<F>
+where
+    F: Future<Output = Result<Decision, StoreError>> + Unpin,
+{
+    type Output = Result<Decision, StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.get_mut().0).poll(cx)
+    }
+}
+
+impl<F> DecisionFuture<F>
+where
+    F: Future<Output = Result<Decision, StoreError>> + Unpin,
+{
+    /// The decision, from a store that has answered already (the in-memory store always
+    /// has); a store still deciding (Redis) is an error: await the future instead.
+    pub fn into_inner(mut self) -> Result<Decision, StoreError> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match Pin::new(&mut self).poll(&mut cx) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(StoreError::Unavailable {
+                reason: "the store has not answered yet: await the decision".into(),
+            }),
+        }
+    }
+}
 
 /// What the layer does with one request (`'r`: the request, which the client may borrow).
 pub(crate) enum Plan<'r, F> {
@@ -229,9 +299,9 @@ impl<St: Store> Limits<St> {
     /// assert!(limits.check_request(&http::Request::get("/other").body(())?).is_none());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn check_request<B>(&self, request: &Request<B>) -> Option<St::Future> {
+    pub fn check_request<B>(&self, request: &Request<B>) -> Option<DecisionFuture<St::Future>> {
         match self.plan_with(&self.active(), request, false) {
-            Plan::Check { decision, .. } => Some(decision),
+            Plan::Check { decision, .. } => Some(DecisionFuture(decision)),
             Plan::Pass(_) | Plan::Busy | Plan::Queue { .. } => None,
         }
     }
@@ -343,6 +413,13 @@ impl<St: Store> Limits<St> {
             let found =
                 found.map(|index| rules.plan_index_for(index, plan, || client.to_string().into()));
             match found.and_then(|index| Some((index, rules.rule(index)?))) {
+                Some((index, rule)) if !rule.stack_indices().is_empty() && !rule.is_unlimited() => {
+                    let counted = mode == CheckMode::Consume;
+                    self.tune(&rules, index, &client, (mode, cost), at, counted);
+                    let draws = draws(&rules, index, &client, &NoParts, cost);
+                    let rules = arc_swap::Guard::into_inner(rules);
+                    return self.decide_stack(rules, draws, mode, at).await;
+                }
                 Some((index, rule)) => match self.start_check(rule, &client, mode, cost, at) {
                     Some(future) => {
                         let counted = mode == CheckMode::Consume;
@@ -364,20 +441,20 @@ impl<St: Store> Limits<St> {
     /// and starts its rate check: the whole per-request decision, reading the clock once.
     pub(crate) fn plan<'r, B>(
         &self,
-        rules: &Active,
+        rules: &Arc<Active>,
         request: &'r Request<B>,
-    ) -> Plan<'r, St::Future> {
+    ) -> Plan<'r, Deciding<St::Future>> {
         self.plan_with(rules, request, true)
     }
 
     /// The rate check of a request that has waited for its slot (`Plan::Queue`).
     pub(crate) fn plan_after_slot<'r, B>(
         &self,
-        rules: &Active,
+        rules: &Arc<Active>,
         index: usize,
         request: &'r Request<B>,
         permit: Permit,
-    ) -> Plan<'r, St::Future> {
+    ) -> Plan<'r, Deciding<St::Future>> {
         let client = Client::identify(request, rules.client_settings());
         let Some(rule) = rules.rule(index) else {
             return Plan::Pass(Some(Box::new(permit)));
@@ -387,10 +464,10 @@ impl<St: Store> Limits<St> {
 
     fn plan_with<'r, B>(
         &self,
-        rules: &Active,
+        rules: &Arc<Active>,
         request: &'r Request<B>,
         concurrency: bool,
-    ) -> Plan<'r, St::Future> {
+    ) -> Plan<'r, Deciding<St::Future>> {
         let settings = rules.route_settings();
         let route = normalize_route(request.uri().path(), settings);
         let route = settings
@@ -437,13 +514,13 @@ impl<St: Store> Limits<St> {
     /// The rate half of a plan, holding `permit` (the concurrency half's slot) throughout.
     fn plan_rate<'r, B>(
         &self,
-        rules: &Active,
+        rules: &Arc<Active>,
         index: usize,
         rule: &Rule,
         request: &Request<B>,
         client: Client<'r>,
         permit: Option<Box<Permit>>,
-    ) -> Plan<'r, St::Future> {
+    ) -> Plan<'r, Deciding<St::Future>> {
         let cost = request.extensions().get::<RequestCost>().map(|cost| cost.0);
         let now = self.shared.clock.now();
         let counts_status = matches!(
@@ -458,8 +535,22 @@ impl<St: Store> Limits<St> {
         } else {
             CheckMode::Consume
         };
-        let Some(decision) = self.start_check(rule, &client, mode, cost, now) else {
-            return Plan::Pass(permit);
+        let decision = if rule.stack_indices().is_empty() {
+            match self.start_check(rule, &client, mode, cost, now) {
+                Some(decision) => Deciding::One(decision),
+                None => return Plan::Pass(permit),
+            }
+        } else {
+            // Several limits: the rule's own bucket (looked at only, for a `count_status`
+            // rule, until its response counts) and each `also` limit's, together.
+            let mut draws = draws(rules, index, &client, request, cost);
+            if counts_status && let Some(own) = draws.first_mut().filter(|d| d.index == index) {
+                own.peek = true;
+            }
+            if draws.is_empty() {
+                return Plan::Pass(permit);
+            }
+            Deciding::Stack(self.decide_stack(Arc::clone(rules), draws, CheckMode::Consume, now))
         };
         if rule.is_tuned() {
             self.tune_slowly(rules, index, &client, (mode, cost), now, true);

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
+use super::stack::{NoParts, draws};
 use super::{Limits, decided_by};
 use crate::clock::Timestamp;
 use crate::config::{Limit, Per, Rule};
@@ -100,6 +101,8 @@ struct Limited<'r> {
     counters: Option<&'r RuleCounters>,
     client: Client<'static>,
     cost: u64,
+    /// The cost the caller gave (`None`: each limit's own).
+    given: Option<u64>,
 }
 
 impl<St: Store> Limits<St> {
@@ -182,19 +185,47 @@ impl<St: Store> Limits<St> {
             let found =
                 found.map(|index| rules.plan_index_for(index, key.plan, || key.last.into()));
             match found.and_then(|index| Some((index, rules.rule(index)?))) {
-                // A rule with a concurrency cap alone has no rate to check here.
-                Some((index, rule)) if !rule.is_unlimited() && !rule.quotas().is_empty() => limited
-                    .push(Limited {
+                // A rule with a concurrency cap alone has no rate to check here; one that
+                // only carries `also` limits has theirs.
+                Some((index, rule))
+                    if !rule.is_unlimited()
+                        && !(rule.quotas().is_empty() && rule.stack_indices().is_empty()) =>
+                {
+                    limited.push(Limited {
                         at,
                         index,
                         rule,
                         counters: rules.counters(index),
                         client: bucket_client(key, rule, by),
                         cost: key.cost.unwrap_or_else(|| rule.cost()),
-                    }),
+                        given: key.cost,
+                    });
+                }
                 Some((_, rule)) => decisions[at] = Some(decided_by(Decision::unlimited(), rule)),
                 None => decisions[at] = Some(Decision::unlimited()),
             }
+        }
+        if limited
+            .iter()
+            .any(|entry| !entry.rule.stack_indices().is_empty())
+        {
+            // Some key meets `also` limits: every key's limits together, all or nothing.
+            let groups = limited
+                .iter()
+                .map(|entry| draws(&rules, entry.index, &entry.client, &NoParts, entry.given))
+                .collect();
+            let decided = self
+                .decide_groups(&rules, groups, CheckMode::Consume, now)
+                .await?;
+            for (entry, decision) in limited.iter().zip(decided) {
+                decisions[entry.at] = Some(decision);
+                let how = (CheckMode::Consume, Some(entry.cost));
+                self.tune(&rules, entry.index, &entry.client, how, now, true);
+            }
+            return Ok(decisions
+                .into_iter()
+                .map(|decision| decision.unwrap_or_else(Decision::unlimited))
+                .collect());
         }
         let (shadowed, enforced): (Vec<&Limited<'_>>, Vec<&Limited<'_>>) =
             limited.iter().partition(|entry| entry.rule.is_shadow());

@@ -31,6 +31,7 @@ mod decide;
 mod live;
 mod maintenance;
 mod many;
+mod stack;
 mod tuning;
 pub use many::{BucketBy, KeyCheck};
 
@@ -42,8 +43,8 @@ pub(crate) use active::Active;
 pub use builder::LimitsBuilder;
 pub use caller::{CallerBucket, TakeOptions};
 pub(crate) use concurrency::{Entry, QueuedPermit};
-pub(crate) use decide::{Charge, Plan};
-pub use decide::{RequestCost, Reservation};
+pub(crate) use decide::{Charge, Deciding, Plan};
+pub use decide::{DecisionFuture, RequestCost, Reservation};
 pub use tuning::Suggestion;
 pub(crate) use tuning::drive_detached;
 

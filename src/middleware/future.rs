@@ -29,7 +29,7 @@ use crate::clock::Timestamp;
 use crate::concurrency::Permit;
 use crate::config::CostSource;
 use crate::key::Client;
-use crate::limits::{Active, Charge, Limits, Plan, QueuedPermit};
+use crate::limits::{Active, Charge, Deciding, Limits, Plan, QueuedPermit};
 use crate::store::{Store, StoreError};
 
 pin_project! {
@@ -54,7 +54,7 @@ pin_project! {
         St: Store,
     {
         Deciding {
-            decision: St::Future,
+            decision: Deciding<St::Future>,
             // Boxed: only remote stores park a request, and the in-memory path should not
             // carry (and copy) a whole request's worth of space in every future.
             parked: Option<Box<Parked<S, B, St>>>,
@@ -348,7 +348,7 @@ where
 
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn deciding(
-        decision: St::Future,
+        decision: Deciding<St::Future>,
         service: S,
         request: Request<B>,
         rules: Arc<Active>,
@@ -404,14 +404,9 @@ where
                     } = *parked;
                     // The client is found again (it borrows the request): a remote
                     // decision's round trip dwarfs it.
-                    let outcome = match rules.rule(index) {
-                        Some(rule) => {
-                            let client = Client::identify(&request, rules.client_settings());
-                            let counters = rules.counters(index);
-                            Outcome::new(result, rule, counters, rules.response(), now, &client)
-                        }
-                        None => Outcome::Admit(None),
-                    };
+                    let client = Client::identify(&request, rules.client_settings());
+                    let outcome = Outcome::decided(result, &rules, index, now, &client);
+                    drop(client);
                     let settled = Self::settled(outcome, Owned(service), request, charge, permit);
                     state.set(settled.state);
                 }

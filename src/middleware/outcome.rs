@@ -6,11 +6,12 @@
 use bytes::Bytes;
 use http::Response;
 
-use super::response::{RateLimitHeaders, rejection};
+use super::response::{RateLimitHeaders, rejection, stacked_rejection};
 use crate::clock::Timestamp;
-use crate::config::{ResponseSettings, Rule};
+use crate::config::{HeaderStyle, ResponseSettings, Rule};
 use crate::decision::Decision;
 use crate::key::Client;
+use crate::limits::Active;
 use crate::store::StoreError;
 use crate::traffic::RuleCounters;
 
@@ -26,9 +27,73 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    /// The verdict on `result`, decided at `now` for `client` under the rule at `index` of
+    /// `rules` (and, for a decision over several limits, those its note names), answering
+    /// as the rules' `[response]` says.
+    pub(crate) fn decided(
+        result: Result<Decision, StoreError>,
+        rules: &Active,
+        index: usize,
+        now: Timestamp,
+        client: &Client<'_>,
+    ) -> Outcome {
+        let Some(rule) = rules.rule(index) else {
+            return Outcome::Admit(None);
+        };
+        match result {
+            Ok(decision) if decision.stack().is_some() => {
+                Outcome::stacked(decision, rules, index, now)
+            }
+            result => Outcome::new(
+                result,
+                rule,
+                rules.counters(index),
+                rules.response(),
+                now,
+                client,
+            ),
+        }
+    }
+
+    /// The verdict on a decision over several limits (counted, limit by limit, as it was
+    /// made): a refusal by the limit that spoke, or an admission — held first if the rule
+    /// delays it — with the headers of every limit shown.
+    fn stacked(decision: Decision, rules: &Active, index: usize, now: Timestamp) -> Outcome {
+        let response = rules.response();
+        let speaker = decision
+            .stack()
+            .and_then(|note| rules.rule(note.speaker))
+            .or_else(|| rules.rule(index));
+        let Some(speaker) = speaker else {
+            return Outcome::Admit(None);
+        };
+        if !decision.allowed() {
+            return Outcome::Reject(stacked_rejection(rules, speaker, &decision, response));
+        }
+        let delay = decision.delay();
+        if !delay.is_zero() {
+            if tokio::runtime::Handle::try_current().is_err() {
+                let refused = decision.refused_instead_of_held();
+                return Outcome::Reject(stacked_rejection(rules, speaker, &refused, response));
+            }
+            if let Some(counters) = rules.counters(index) {
+                counters.delayed(now, delay);
+            }
+            return Outcome::Hold(
+                delay,
+                RateLimitHeaders::stacked(rules, &decision, response.headers),
+            );
+        }
+        (response.headers != HeaderStyle::None)
+            .then(|| RateLimitHeaders::stacked(rules, &decision, response.headers))
+            .map_or(Outcome::Admit(None), |headers| {
+                Outcome::Admit(Some(headers))
+            })
+    }
+
     /// The verdict on `result`, decided at `now` for `client` under `rule` (counted in
     /// `counters`), answering as `response` says.
-    pub(crate) fn new(
+    fn new(
         result: Result<Decision, StoreError>,
         rule: &Rule,
         counters: Option<&RuleCounters>,

@@ -18,7 +18,7 @@
 //!
 //! let settings = ResponseSettings::default();
 //! assert_eq!(settings.status, 429);
-//! assert_eq!(settings.body.render(3), r#"{"error":"rate_limited","retry_after":3}"#);
+//! assert_eq!(settings.body.render_for(3, "api"), r#"{"error":"rate_limited","retry_after":3,"limit":"api"}"#);
 //! assert_eq!(BodyTemplate::new("slow down").render(3), "slow down");
 //! ```
 
@@ -26,8 +26,8 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
-use crate::config::Rule;
 pub use crate::config::{BodyTemplate, HeaderStyle, ResponseSettings};
+use crate::config::{Rule, RuleSet};
 use crate::decision::Decision;
 
 /// `Retry-After` values for the first seconds, made once per process and shared.
@@ -104,6 +104,54 @@ impl RateLimitHeaders {
         headers
     }
 
+    /// The headers of `style` for a decision over several limits (`decision`'s note says
+    /// which): `RateLimit-Policy` lists every limit shown, `RateLimit` and the legacy trio
+    /// report the one that spoke — unless it is not shown (`headers = false`), and then
+    /// nothing does.
+    pub(crate) fn stacked(
+        rules: &RuleSet,
+        decision: &Decision,
+        style: HeaderStyle,
+    ) -> RateLimitHeaders {
+        let Some(note) = decision.stack() else {
+            return RateLimitHeaders::default();
+        };
+        let mut headers = RateLimitHeaders::default();
+        let speaker = note
+            .speaker_shown
+            .then(|| rules.rule(note.speaker))
+            .flatten();
+        if style.ietf() {
+            let mut joined: Vec<u8> = Vec::new();
+            for (index, quota) in &note.shown {
+                if let Some(policy) = rules.rule(*index).and_then(|rule| rule.policy(*quota)) {
+                    if !joined.is_empty() {
+                        joined.extend_from_slice(b", ");
+                    }
+                    joined.extend_from_slice(policy.as_bytes());
+                }
+            }
+            if !joined.is_empty() {
+                headers.policy = HeaderValue::from_maybe_shared(Bytes::from(joined)).ok();
+            }
+            headers.state = speaker.and_then(|rule| {
+                state_value(
+                    rule.policy_name(),
+                    decision.remaining(),
+                    decision.next_token_secs(),
+                )
+            });
+        }
+        if style.legacy() && speaker.is_some() {
+            headers.legacy = Some(Box::new([
+                HeaderValue::from(decision.limit()),
+                HeaderValue::from(decision.remaining()),
+                HeaderValue::from(decision.reset_secs()),
+            ]));
+        }
+        headers
+    }
+
     /// The headers for `decision`, or `None` when `style` sends none (nothing to carry).
     pub(crate) fn sent(
         rule: &Rule,
@@ -153,13 +201,33 @@ pub(crate) fn rejection(
     decision: &Decision,
     settings: &ResponseSettings,
 ) -> Response<Bytes> {
+    let mut response = denial(rule, decision, settings);
+    RateLimitHeaders::new(rule, decision, settings.headers).apply(response.headers_mut());
+    response
+}
+
+/// The denial of a request several limits decided, by the one that refused it (`rule`,
+/// named in the body): `Retry-After` its wait, the headers as [`RateLimitHeaders::stacked`]
+/// makes them.
+pub(crate) fn stacked_rejection(
+    rules: &RuleSet,
+    rule: &Rule,
+    decision: &Decision,
+    settings: &ResponseSettings,
+) -> Response<Bytes> {
+    let mut response = denial(rule, decision, settings);
+    RateLimitHeaders::stacked(rules, decision, settings.headers).apply(response.headers_mut());
+    response
+}
+
+/// The status, body, `Retry-After` and content type of a denial by `rule`.
+fn denial(rule: &Rule, decision: &Decision, settings: &ResponseSettings) -> Response<Bytes> {
     let retry_after = decision.retry_after_secs();
-    let mut response = Response::new(settings.body.bytes(retry_after));
+    let mut response = Response::new(settings.body.bytes_for(retry_after, rule.name()));
     *response.status_mut() = settings.status;
     let headers = response.headers_mut();
     headers.insert(RETRY_AFTER, retry_after_value(retry_after));
     headers.insert(CONTENT_TYPE, settings.content_type.clone());
-    RateLimitHeaders::new(rule, decision, settings.headers).apply(headers);
     response
 }
 

@@ -178,13 +178,7 @@ where
                     );
                 };
                 timer.record();
-                let outcome = match rules.rule(index) {
-                    Some(rule) => {
-                        let counters = rules.counters(index);
-                        Outcome::new(result, rule, counters, rules.response(), now, &client)
-                    }
-                    None => Outcome::Admit(None),
-                };
+                let outcome = Outcome::decided(result, &rules, index, now, &client);
                 // A refusal drops the permit: a request refused by the rate takes no slot.
                 (outcome, charge, permit)
             }

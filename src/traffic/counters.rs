@@ -80,6 +80,13 @@ impl RuleCounters {
         self.seen(now, Seen::Delayed);
     }
 
+    /// A request admitted at `now` (and counted so already) held `delay` first.
+    pub(crate) fn delayed(&self, now: Timestamp, delay: std::time::Duration) {
+        self.delayed.increment(1);
+        self.delay.record(delay.as_secs_f64());
+        self.seen(now, Seen::Delayed);
+    }
+
     /// A request a shadow rule would have refused at `now` (it passed).
     pub(crate) fn shadow_refused(&self, now: Timestamp) {
         self.shadow_limited.increment(1);

@@ -367,7 +367,10 @@ async fn with_axum_bodies_a_slot_is_held_until_the_body_ends_and_refusals_are_un
     assert_eq!(refused.headers()["retry-after"], "30");
     assert_eq!(refused.headers()["ratelimit"], "\"upload\";r=0;t=30");
     let body = refused.into_body().collect().await.unwrap().to_bytes();
-    assert_eq!(&body[..], br#"{"error":"rate_limited","retry_after":30}"#);
+    assert_eq!(
+        &body[..],
+        br#"{"error":"rate_limited","retry_after":30,"limit":"upload"}"#
+    );
     assert!(limits.in_flight().is_empty());
 }
 

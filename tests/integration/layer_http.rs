@@ -50,7 +50,10 @@ async fn admits_then_denies_with_every_header_and_the_body() {
     assert_eq!(denied.header("ratelimit"), Some("\"/\";r=0;t=20"));
     assert_eq!(denied.header("ratelimit-policy"), Some("\"/\";q=2;w=60"));
     assert_eq!(denied.header("content-type"), Some("application/json"));
-    assert_eq!(denied.body, r#"{"error":"rate_limited","retry_after":20}"#);
+    assert_eq!(
+        denied.body,
+        r#"{"error":"rate_limited","retry_after":20,"limit":"/"}"#
+    );
     assert_eq!(denied.header("x-ratelimit-limit"), None);
 
     clock.advance(Duration::from_millis(19_500));

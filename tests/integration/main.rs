@@ -7,6 +7,7 @@
     unreachable_pub
 )]
 
+mod also;
 mod architecture;
 mod calendar;
 mod candidates;

@@ -297,6 +297,33 @@ pub(crate) fn scenarios() -> Vec<(&'static str, &'static str, Vec<Step>)> {
                 Peek("api/p"),
             ],
         ),
+        (
+            "stacked: per client and one global budget, all or nothing",
+            "\"/\" = { rate = \"3/s\", also = { all = { rate = \"5/s\", per = \"global\" } } }\n\
+             api = { rate = \"10/min\", algorithm = \"fixed-window\", also = { slow = { rate = \"4/min\", algorithm = \"sliding-window\", per = \"global\" } } }\n",
+            [
+                knock("a", 4, 0),
+                knock("b", 3, 0),
+                vec![Peek("a"), Peek("c"), Wait(400)],
+                knock("c", 3, 100),
+                knock("api/x", 3, 0),
+                knock("api/y", 3, 1_000),
+                vec![Charge("api/x", 2), Peek("api/y"), Wait(20_000), Refund("api/x", 1)],
+                knock("api/z", 3, 5_000),
+            ]
+            .concat(),
+        ),
+        (
+            "stacked: a sliding log and a strict rule beside a global window, with costs",
+            "\"/\" = { rate = \"4/s\", strict = true, also = { all = { rate = \"6/s\", per = \"global\", algorithm = \"sliding-log\" } } }\n",
+            [
+                vec![Check("p", 2), Check("q", 3), Check("p", 2), Check("r", 1)],
+                knock("q", 3, 200),
+                vec![Wait(1_000), Peek("p")],
+                knock("p", 6, 150),
+            ]
+            .concat(),
+        ),
     ]
 }
 

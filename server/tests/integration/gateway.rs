@@ -171,7 +171,10 @@ async fn limits_requests_with_429_and_headers() {
         denied.header("ratelimit-policy"),
         Some("\"login\";q=3;w=60")
     );
-    assert_eq!(denied.body, r#"{"error":"rate_limited","retry_after":20}"#);
+    assert_eq!(
+        denied.body,
+        r#"{"error":"rate_limited","retry_after":20,"limit":"login"}"#
+    );
 }
 
 #[tokio::test]

@@ -74,6 +74,7 @@ pub(super) fn compile_candidates(
             concurrency: None,
             shadow: None,
             requests: None,
+            also: None,
             ..rule.get_ref().clone()
         };
         let name = Spanned::new(

@@ -185,7 +185,7 @@ mod tests {
             ),
             (
                 "[limits.a]\nburst = 3\nconcurrency = 3\n",
-                "rule \"a\" needs a rate such as \"100/min\", a concurrency, or unlimited = true",
+                "rule \"a\" needs a rate such as \"100/min\", a concurrency, also limits, or unlimited = true",
             ),
         ];
         for (text, expected) in cases {

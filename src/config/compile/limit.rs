@@ -86,15 +86,16 @@ pub(super) fn compile_limit(
     let no_rate = OneOrMany(Vec::new());
     let rate_field = match &raw.rate {
         Some(field) => Spanned::new(field.span(), &field.get_ref().0),
-        // A cap on requests in flight alone needs no rate.
-        None if raw.concurrency.is_some() && raw.burst.is_none() => {
+        // A cap on requests in flight alone needs no rate; nor does a rule that only
+        // carries `also` limits for the requests under it.
+        None if (raw.concurrency.is_some() || raw.also.is_some()) && raw.burst.is_none() => {
             Spanned::new(at.rule.clone(), &no_rate.0)
         }
         None => {
             diagnostics.push(source.at(
                 at.rule.clone(),
                 format!(
-                    "rule \"{}\" needs a rate such as \"100/min\", a concurrency, or unlimited = true",
+                    "rule \"{}\" needs a rate such as \"100/min\", a concurrency, also limits, or unlimited = true",
                     at.name
                 ),
             ));

@@ -13,6 +13,7 @@ use std::ops::Range;
 use serde::de;
 use toml::Spanned;
 
+mod also;
 mod candidates;
 mod concurrency;
 mod limit;
@@ -135,6 +136,7 @@ impl RuleSet {
         let mut rules = Vec::with_capacity(chosen.len());
         let mut variants = Vec::new();
         let mut candidate_variants = Vec::new();
+        let mut also_variants = Vec::new();
         let mut next_id = previous.map_or(0, RuleSet::next_id);
         // Ids stop short of the one reserved for caller-defined buckets.
         let mut new_id = || {
@@ -149,6 +151,9 @@ impl RuleSet {
             let plans = plans::compile_plans(source, raw_key, rule, &mut diagnostics);
             let candidates =
                 candidates::compile_candidates(source, raw_key, rule, &limit, &mut diagnostics);
+            let labels: Vec<std::sync::Arc<str>> =
+                candidates.iter().map(|(label, _)| label.clone()).collect();
+            let also = also::compile_also(source, raw_key, rule, &labels, &mut diagnostics);
             let suggest = rule.get_ref().suggest.as_ref();
             if let Some(suggest) = suggest
                 && *suggest.get_ref()
@@ -194,6 +199,20 @@ impl RuleSet {
                 let id = inherited.unwrap_or_else(&mut new_id);
                 candidate_variants.push((rules.len(), rule.for_candidate(label, id, limit)));
             }
+            for (entry, limit) in also {
+                // An `also` limit keeps its buckets across reloads by its rule's key and
+                // its name, while its kind of bucket stays.
+                let inherited = old
+                    .zip(previous)
+                    .and_then(|(old, set)| set.also_named(old, entry.name()))
+                    .filter(|was| {
+                        was.limit().bucket_kind() == limit.bucket_kind()
+                            && was.also().map(|a| a.by()) == Some(entry.by())
+                    })
+                    .map(Rule::id);
+                let id = inherited.unwrap_or_else(&mut new_id);
+                also_variants.push((rules.len(), rule.for_also(entry, id, limit)));
+            }
             rules.push(rule);
         }
         if !diagnostics.is_empty() {
@@ -222,6 +241,16 @@ impl RuleSet {
                     .map(|(_, candidate)| candidate),
             )
             .collect();
+        let first_also = resolvable + variants.len();
+        for (offset, (base, _)) in also_variants.iter().enumerate() {
+            if let Some(rule) = rules.get_mut(*base) {
+                rule.add_also(first_also + offset);
+            }
+        }
+        let variants: Vec<Rule> = variants
+            .into_iter()
+            .chain(also_variants.into_iter().map(|(_, also)| also))
+            .collect();
         let mut set = RuleSet::assemble(
             rules,
             variants,
@@ -230,6 +259,7 @@ impl RuleSet {
             next_id,
             previous.map_or(1, |set| set.generation() + 1),
         );
+        set.with_rules(|rules, resolvable| also::assign_stacks(rules, resolvable));
         set.extended(extensions.compile(&sources, &set)?);
         Ok(set)
     }

@@ -88,6 +88,7 @@ fn merge(
         ("requests", plan.requests.is_some()),
         ("candidates", plan.candidates.is_some()),
         ("suggest", plan.suggest.is_some()),
+        ("also", plan.also.is_some()),
     ];
     let set: Vec<&str> = rule_fields
         .iter()
@@ -110,6 +111,7 @@ fn merge(
         plans: None,
         candidates: None,
         suggest: None,
+        also: None,
         ..base.clone()
     };
     if plan.unlimited.as_ref().is_some_and(|u| *u.get_ref()) {

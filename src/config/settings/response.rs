@@ -79,28 +79,37 @@ impl ResponseSettings {
     }
 }
 
-/// A denial body in which `{retry_after}` is replaced by the seconds to wait.
+/// A denial body in which `{retry_after}` is replaced by the seconds to wait and `{limit}`
+/// by the name of the limit that refused (`api`, or `api#org` for an `also` limit),
+/// escaped for a JSON string.
 ///
-/// The bodies for the first [`BodyTemplate::PRERENDERED`] seconds are rendered once, when
-/// the configuration is read: a denial then clones a shared buffer instead of formatting
-/// and allocating a body, which keeps refusing cheap when refusing is all a server does.
+/// A template without `{limit}` has the bodies for the first [`BodyTemplate::PRERENDERED`]
+/// seconds rendered once, when the configuration is read: a denial then clones a shared
+/// buffer instead of formatting and allocating a body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BodyTemplate {
     pieces: Vec<String>,
     prerendered: Vec<Bytes>,
+    /// Whether the text names the refusing limit (rendered per denial, then).
+    names_limit: bool,
 }
 
 impl BodyTemplate {
     /// The default body.
-    pub const DEFAULT: &'static str = r#"{"error":"rate_limited","retry_after":{retry_after}}"#;
+    pub const DEFAULT: &'static str =
+        r#"{"error":"rate_limited","retry_after":{retry_after},"limit":"{limit}"}"#;
     const PLACEHOLDER: &'static str = "{retry_after}";
+    const LIMIT: &'static str = "{limit}";
     /// Bodies for `retry_after` below this are rendered ahead.
     pub const PRERENDERED: u64 = 64;
 
     /// A template from text as configured.
     pub fn new(text: &str) -> BodyTemplate {
         let pieces: Vec<String> = text.split(Self::PLACEHOLDER).map(str::to_owned).collect();
-        let prerendered = if pieces.len() == 1 {
+        let names_limit = text.contains(Self::LIMIT);
+        let prerendered = if names_limit {
+            Vec::new()
+        } else if pieces.len() == 1 {
             // No placeholder: one body serves every denial.
             vec![Bytes::from(text.to_owned())]
         } else {
@@ -111,25 +120,46 @@ impl BodyTemplate {
         BodyTemplate {
             pieces,
             prerendered,
+            names_limit,
         }
     }
 
-    /// The body for a denial with `retry_after` seconds to wait.
-    pub fn render(&self, retry_after: u64) -> String {
-        join(&self.pieces, retry_after)
+    /// The body for a denial by the limit named `limit`, with `retry_after` seconds to wait.
+    ///
+    /// ```
+    /// use tollgate::response::BodyTemplate;
+    ///
+    /// let template = BodyTemplate::new(BodyTemplate::DEFAULT);
+    /// assert_eq!(
+    ///     template.render_for(3, "api#org"),
+    ///     r#"{"error":"rate_limited","retry_after":3,"limit":"api#org"}"#
+    /// );
+    /// ```
+    pub fn render_for(&self, retry_after: u64, limit: &str) -> String {
+        let body = join(&self.pieces, retry_after);
+        if self.names_limit {
+            body.replace(Self::LIMIT, &json_escaped(limit))
+        } else {
+            body
+        }
     }
 
-    /// The same body as [`render`](Self::render), shared rather than built when it was
-    /// rendered ahead.
+    /// The body for a denial with `retry_after` seconds to wait, naming no limit.
+    pub fn render(&self, retry_after: u64) -> String {
+        self.render_for(retry_after, "")
+    }
+
+    /// The same body as [`render_for`](Self::render_for), shared rather than built when it
+    /// was rendered ahead.
     ///
     /// ```
     /// use tollgate::response::BodyTemplate;
     ///
     /// let template = BodyTemplate::new("wait {retry_after}s");
-    /// assert_eq!(template.bytes(3), "wait 3s");
-    /// assert_eq!(template.bytes(86_400), "wait 86400s");
+    /// assert_eq!(template.bytes_for(3, "api"), "wait 3s");
+    /// assert_eq!(template.bytes_for(86_400, "api"), "wait 86400s");
     /// ```
-    pub fn bytes(&self, retry_after: u64) -> Bytes {
+    pub fn bytes_for(&self, retry_after: u64, limit: &str) -> Bytes {
         let index = if self.prerendered.len() == 1 {
             Some(0)
         } else {
@@ -137,9 +167,23 @@ impl BodyTemplate {
         };
         match index.and_then(|index| self.prerendered.get(index)) {
             Some(body) => body.clone(),
-            None => Bytes::from(self.render(retry_after)),
+            None => Bytes::from(self.render_for(retry_after, limit)),
         }
     }
+
+    /// [`bytes_for`](Self::bytes_for) naming no limit.
+    pub fn bytes(&self, retry_after: u64) -> Bytes {
+        self.bytes_for(retry_after, "")
+    }
+}
+
+/// `text` as the inside of a JSON string.
+fn json_escaped(text: &str) -> String {
+    let quoted = serde_json::Value::String(text.to_owned()).to_string();
+    quoted
+        .get(1..quoted.len().saturating_sub(1))
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn join(pieces: &[String], retry_after: u64) -> String {

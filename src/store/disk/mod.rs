@@ -461,25 +461,54 @@ impl Inner {
             .filter_map(|&s| self.stripes.get(s).map(|lock| lock.lock()))
             .collect();
         let mut failed = false;
-        let mut looks = Vec::with_capacity(requests.len());
-        for (request, key) in requests.iter().zip(&keys) {
+        // Each bucket is read back just before it is decided: with a small cache, reading
+        // one may have pushed another out of memory.
+        let load = |request: &CheckRequest<'_>, key: &Option<Vec<u8>>| -> bool {
             let now = request.now.as_unix_nanos();
             self.latest.fetch_max(now, Ordering::Relaxed);
-            if let Some(key) = key {
-                failed |= self.load(request.bucket, key, now).is_err();
+            key.as_ref()
+                .is_some_and(|key| self.load(request.bucket, key, now).is_err())
+        };
+        // All or nothing is for taking: a charge or a refund reaches every bucket.
+        let consuming = requests.iter().any(|r| r.mode == CheckMode::Consume);
+        if consuming {
+            let mut looks = Vec::with_capacity(requests.len());
+            for (request, key) in requests.iter().zip(&keys) {
+                failed |= load(request, key);
+                let look = CheckRequest {
+                    mode: CheckMode::Peek,
+                    ..*request
+                };
+                looks.push(self.memory.decide_exporting(look).0);
             }
-            let look = CheckRequest {
-                mode: CheckMode::Peek,
-                ..*request
-            };
-            looks.push(self.memory.decide_exporting(look).0);
-        }
-        if !looks.iter().all(Decision::allowed) {
-            drop(guards);
-            return looks;
+            if !looks.iter().all(Decision::allowed) {
+                // Nothing taken; a strict bucket that refused still holds its refill back.
+                for ((request, key), look) in requests.iter().zip(&keys).zip(looks.iter_mut()) {
+                    if request.strict && !look.allowed() && request.mode == CheckMode::Consume {
+                        failed |= load(request, key);
+                        let (decision, exported) = self.memory.decide_exporting(*request);
+                        if let Some(key) = key {
+                            failed |= self
+                                .store(key.clone(), exported, request.now.as_unix_nanos())
+                                .is_err();
+                        }
+                        *look = decision;
+                    }
+                }
+                drop(guards);
+                if failed {
+                    return looks
+                        .into_iter()
+                        .zip(requests)
+                        .map(|(decision, request)| self.fallback(decision, request))
+                        .collect();
+                }
+                return looks;
+            }
         }
         let mut decisions = Vec::with_capacity(requests.len());
         for (request, key) in requests.iter().zip(keys) {
+            failed |= load(request, &key);
             let (decision, exported) = self.memory.decide_exporting(*request);
             if let Some(key) = key
                 && request.mode != CheckMode::Peek
@@ -537,11 +566,7 @@ impl Store for DiskStore {
             .store(Arc::new(rules.store().redis.on_backend_error));
         let previous = inner.prefixes.load_full();
         let mut next: HashMap<RuleId, Arc<[u8]>> = rules
-            .rules()
-            .iter()
-            .flat_map(|rule| {
-                std::iter::once(rule).chain(rules.candidates(rule).map(|(_, candidate)| candidate))
-            })
+            .bucket_rules()
             .map(|rule| (rule.id(), codec::rule_prefix(rule)))
             .collect();
         for (id, prefix) in previous.iter() {
@@ -569,7 +594,7 @@ impl Store for DiskStore {
         let scratch = MemoryStore::new();
         scratch.set_max_buckets(usize::MAX);
         let mut scanned = 0usize;
-        'rules: for rule in query.rules.rules() {
+        'rules: for rule in query.rules.rules().iter().chain(query.rules.also_limits()) {
             let prefix = codec::rule_prefix(rule);
             for item in keyspace.prefix(&*prefix) {
                 if scanned >= LIST_SCAN {

@@ -24,6 +24,7 @@ impl MemoryStore {
             .rules
             .rules()
             .iter()
+            .chain(query.rules.also_limits())
             .map(|rule| (rule.id(), rule))
             .collect();
         let mut top = TopRows::new(query.sort, query.limit);

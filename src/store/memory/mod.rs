@@ -215,6 +215,16 @@ impl MemoryStore {
             };
             self.decide_in(&mut locked[at], group.hash, request)
         };
+        // All or nothing is for taking: a charge or a refund reaches every bucket.
+        let consuming = requests.iter().any(|r| r.mode == CheckMode::Consume);
+        if !consuming {
+            let decided: Vec<Decision> = groups
+                .iter()
+                .map(|group| decide(group, requests[group.first].mode))
+                .collect();
+            drop(locked);
+            return member.into_iter().map(|g| decided[g].clone()).collect();
+        }
         let peeks: Vec<Decision> = groups.iter().map(|g| decide(g, CheckMode::Peek)).collect();
         let admitted = peeks.iter().all(Decision::allowed);
         let decided: Vec<Decision> = groups

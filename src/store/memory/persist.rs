@@ -39,16 +39,17 @@ impl MemoryStore {
 
     /// Every bucket of a rule in `rules`, for a snapshot.
     fn export(&self, rules: &RuleSet) -> Vec<Record> {
-        let keys: HashMap<RuleId, &str> = rules
+        let keys: HashMap<RuleId, std::borrow::Cow<'_, str>> = rules
             .rules()
             .iter()
-            .map(|rule| (rule.id(), rule.key()))
+            .chain(rules.also_limits())
+            .map(|rule| (rule.id(), rule.store_key()))
             .collect();
         let mut records = Vec::new();
         for shard in &self.shards {
             shard.0.lock().for_each(|entry| {
                 let rule = match keys.get(&entry.rule) {
-                    Some(rule) => *rule,
+                    Some(rule) => rule.as_ref(),
                     None if entry.rule == RuleId::CALLER_DEFINED => CALLER_DEFINED_KEY,
                     None => return,
                 };
@@ -233,7 +234,7 @@ fn restored_state(rules: &RuleSet, key: &str, record: &Record) -> Option<(RuleId
         return (record.layout == Layout::Discrete && record.client.is_some())
             .then(|| (RuleId::CALLER_DEFINED, State::Discrete(Box::new(words))));
     }
-    let rule = rules.get(key)?;
+    let rule = rules.by_store_key(key)?;
     let global = matches!(
         rule.limit(),
         Limit::Limited {

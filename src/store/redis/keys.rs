@@ -27,11 +27,7 @@ impl RuleKeys {
     /// The keys of `rules`, keeping those of `previous` that `rules` does not reuse.
     pub(super) fn next(rules: &RuleSet, previous: &RuleKeys, current: &[RuleId]) -> RuleKeys {
         let mut keys: HashMap<RuleId, Arc<str>> = rules
-            .rules()
-            .iter()
-            .flat_map(|rule| {
-                std::iter::once(rule).chain(rules.candidates(rule).map(|(_, candidate)| candidate))
-            })
+            .bucket_rules()
             .map(|rule| (rule.id(), Arc::from(rule.store_key())))
             .collect();
         for id in current {
@@ -44,14 +40,7 @@ impl RuleKeys {
 
     /// Every rule id of `rules`: what the next generation keeps the keys of, one reload longer.
     pub(super) fn ids(rules: &RuleSet) -> Vec<RuleId> {
-        rules
-            .rules()
-            .iter()
-            .flat_map(|rule| {
-                std::iter::once(rule).chain(rules.candidates(rule).map(|(_, candidate)| candidate))
-            })
-            .map(|rule| rule.id())
-            .collect()
+        rules.bucket_rules().map(|rule| rule.id()).collect()
     }
 
     /// The Redis key of `bucket`, or `None` for a rule this store has not been told of.

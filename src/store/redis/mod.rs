@@ -69,6 +69,7 @@ mod connect;
 mod hybrid;
 mod keys;
 mod listing;
+mod many;
 mod masters;
 #[cfg(feature = "tls")]
 mod named;
@@ -93,8 +94,8 @@ use self::pool::Pool;
 use self::scripts::{decision_from, script_args};
 use self::shards::{Shard, Shards};
 use super::{
-    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, MemoryStore, RuleId,
-    SlotFuture, Store, StoreError,
+    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, ManyFuture,
+    MemoryStore, RuleId, SlotFuture, Store, StoreError,
 };
 use crate::Quota;
 use crate::algorithm::Algorithm;
@@ -493,6 +494,10 @@ impl Store for RedisStore {
             .load()
             .bucket_key(&settings.key_prefix, bucket)?;
         Some(self.inner.acquire_slot(&key, limit))
+    }
+
+    fn check_all<'a>(&'a self, requests: &'a [CheckRequest<'a>]) -> ManyFuture<'a> {
+        self.decide_many(requests)
     }
 
     fn check(&self, request: CheckRequest<'_>) -> RedisFuture {

@@ -34,7 +34,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 
-
 /// Why a connection could not be set up.
 type Made<T> = Result<T, String>;
 

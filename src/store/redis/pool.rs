@@ -336,6 +336,30 @@ impl Pool {
         self.invoke(&self.script, settings, key, args).await
     }
 
+    /// One call of the decision script deciding several buckets (`keys`, one server: never
+    /// a cluster) together; `args` as [`scripts::many_args`](super::scripts::many_args)
+    /// makes them. Each bucket's reply, in order.
+    pub(super) async fn decide_many(
+        &self,
+        settings: &RedisSettings,
+        keys: &[String],
+        args: &[String],
+    ) -> redis::RedisResult<Vec<Vec<i64>>> {
+        let mut invocation = self.script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg.as_str());
+        }
+        let mut connection = self.connection(settings).await?;
+        let result = invocation.invoke_async(&mut connection).await;
+        if let Err(error) = &result {
+            self.failed(error);
+        }
+        result
+    }
+
     /// One call of the shared-slots script on `key` (see `slots.lua`).
     pub(super) async fn slots(
         &self,

@@ -53,6 +53,9 @@
 -- (a window's crossing time is a fraction of a microsecond, as in memory).
 -- The key expires when the bucket would be full again; a full bucket is deleted.
 
+-- One bucket's decision: KEYS and ARGV as above (parameters, so several buckets can be
+-- decided in one call; see the end of the script).
+local function decide(KEYS, ARGV)
 -- now (whole microseconds) and now_ns (nanoseconds more, 0..999).
 local now, now_ns
 if ARGV[1] == "" then
@@ -697,3 +700,50 @@ table.insert(reply, 1, reset)
 table.insert(reply, 1, allowed and 1 or 0)
 if mode == "l" then reply[#reply + 1] = leased end
 return reply
+end
+
+-- Several buckets at once (a request's rule and the `also` limits it meets, on one
+-- server): ARGV[1] is "*", ARGV[2] the number of buckets m, then for each bucket the count
+-- of its arguments followed by those arguments, as above, for KEYS[i]. When any bucket
+-- consumes ("c"), every bucket is first decided as a peek ("p", at its cost); only if all
+-- would admit is each decided in its own mode, else the peeks are the answer: all take
+-- their tokens or none does. Reply: each bucket's reply, in order.
+if ARGV[1] == "*" then
+  local m = tonumber(ARGV[2])
+  local sets, at = {}, 3
+  for i = 1, m do
+    local count = tonumber(ARGV[at])
+    local args = {}
+    for j = 1, count do args[j] = ARGV[at + j] end
+    sets[i] = args
+    at = at + count + 1
+  end
+  local consuming = false
+  for i = 1, m do
+    if sets[i][2] == "c" then consuming = true end
+  end
+  if consuming then
+    local peeks, all = {}, true
+    for i = 1, m do
+      local look = {}
+      for j = 1, #sets[i] do look[j] = sets[i][j] end
+      look[2] = "p"
+      peeks[i] = decide({ KEYS[i] }, look)
+      if peeks[i][1] ~= 1 then all = false end
+    end
+    if not all then
+      -- Refused, so nothing is taken; but a strict bucket that refused keeps refusing
+      -- while the attempts go on (its refusal holds the refill back, as alone).
+      for i = 1, m do
+        if peeks[i][1] ~= 1 and sets[i][2] == "c" and sets[i][4] == "1" then
+          peeks[i] = decide({ KEYS[i] }, sets[i])
+        end
+      end
+      return peeks
+    end
+  end
+  local replies = {}
+  for i = 1, m do replies[i] = decide({ KEYS[i] }, sets[i]) end
+  return replies
+end
+return decide(KEYS, ARGV)

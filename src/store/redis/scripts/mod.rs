@@ -106,6 +106,19 @@ pub(super) fn script_args(
     args
 }
 
+/// The arguments of one call deciding several buckets: `"*"`, their number, then each
+/// bucket's own arguments (as [`script_args`] makes them) preceded by their count.
+pub(super) fn many_args(each: Vec<Vec<String>>) -> Vec<String> {
+    let mut args = Vec::with_capacity(2 + each.iter().map(|a| a.len() + 1).sum::<usize>());
+    args.push("*".to_owned());
+    args.push(each.len().to_string());
+    for bucket in each {
+        args.push(bucket.len().to_string());
+        args.extend(bucket);
+    }
+    args
+}
+
 /// What a lease call (`mode "l"`) carries besides the request: tokens given back, tokens
 /// admitted without Redis to charge, how many instances share the bucket, the most to
 /// lease, and the settlement's mark: the instance and its sequence number, so that a
