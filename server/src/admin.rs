@@ -834,6 +834,9 @@ async fn explain(
         "plan_source": why.plan_source.map(|s| s.to_string()),
         "plan_limit": why.plan_limit,
         "limit": why.limit,
+        "also": why.also.iter().map(|a| json!({
+            "limit": a.limit, "per": a.per, "rates": a.rates, "bucket": a.bucket, "shown": a.shown,
+        })).collect::<Vec<_>>(),
         "state": state_now,
     }))
     .into_response()

@@ -30,6 +30,15 @@ use tollgate::config::RuleSet;
 /// let table = describe_rules(&planned);
 /// assert!(table.contains("  plan pro") && table.contains("1000/1m burst 1000"), "{table}");
 /// assert!(table.contains("  plan enterprise") && table.contains("unlimited"), "{table}");
+///
+/// // `also` limits, each on a line of its own under the rule that carries it.
+/// let stacked = tollgate::config::RuleSet::from_toml(
+///     "[limits.\"/\"]\nrate = \"100/min\"\nalso.everyone = { rate = \"2000/s\", per = \"global\" }\n\
+///      also.org = { rate = \"10000/h\", per = \"header:x-org\", headers = false }\n",
+/// )?;
+/// let table = describe_rules(&stacked);
+/// assert!(table.contains("  also everyone") && table.contains("2000/1s burst 2000"), "{table}");
+/// assert!(table.contains("  also org") && table.contains("per header:x-org · not in headers"), "{table}");
 /// # Ok::<(), tollgate::config::ConfigError>(())
 /// ```
 pub fn describe_rules(rules: &RuleSet) -> String {
@@ -42,6 +51,25 @@ pub fn describe_rules(rules: &RuleSet) -> String {
             rule.summary(),
             rule.origin()
         );
+        for also in rules.stack(rule) {
+            let Some(entry) = also.also() else { continue };
+            if !also.name().starts_with(&format!("{}#", rule.name())) {
+                continue; // an ancestor's: listed under the rule that carries it
+            }
+            let mut summary = also.summary();
+            if let tollgate::config::AlsoBy::Part(part) = entry.by() {
+                summary = summary.replace("per client", &format!("per {part}"));
+            }
+            if !entry.in_headers() {
+                summary.push_str(" · not in headers");
+            }
+            let _ = writeln!(
+                out,
+                "{:<32} {:<48}",
+                format!("  also {}", entry.name()),
+                summary
+            );
+        }
         for plan in rule.plans() {
             if let Some(variant) = rules.plan_variant(rule, plan) {
                 let _ = writeln!(

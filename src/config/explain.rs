@@ -1,6 +1,7 @@
 //! Why a request gets the rule it gets: the prefixes tried, most general first (the
 //! gateway's `/explain`).
 
+use super::also::AlsoBy;
 use super::plans::PlanSource;
 use super::prefix::Segments;
 use super::rule_set::RuleSet;
@@ -39,6 +40,25 @@ pub struct Explanation {
     /// The limit that applies, as written (`100/1m`; `unlimited`; several quotas joined
     /// by `, `).
     pub limit: Option<String>,
+    /// The `also` limits the request meets beside its rule, root first.
+    pub also: Vec<AlsoStep>,
+}
+
+/// One `also` limit a request meets, as [`RuleSet::explain`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AlsoStep {
+    /// Its name, `rule#name`.
+    pub limit: String,
+    /// Whose bucket (`client`, `global`, `header:x-org`…).
+    pub per: String,
+    /// Its rates, as written.
+    pub rates: String,
+    /// The bucket the request would draw on; for a limit kept per key part, the part in
+    /// braces (`/#org/{header:x-org}`: explain has no request to read it from).
+    pub bucket: String,
+    /// Whether the rate-limit headers list it.
+    pub shown: bool,
 }
 
 /// One part of a key beside the route, as [`RuleSet::explain`] read it.
@@ -172,7 +192,34 @@ impl RuleSet {
             ),
             None => (Vec::new(), route),
         };
+        let client_of = Client::from_segment(client);
+        let also = rule
+            .filter(|r| !r.is_unlimited())
+            .map(|r| {
+                self.stack(r)
+                    .filter_map(|limit| {
+                        let entry = limit.also()?;
+                        Some(AlsoStep {
+                            limit: limit.name().to_owned(),
+                            per: entry.by().to_string(),
+                            rates: limit
+                                .quotas()
+                                .iter()
+                                .map(|q| q.rate().to_string())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            bucket: match entry.by() {
+                                AlsoBy::Part(part) => format!("{}/{{{part}}}", limit.name()),
+                                _ => limit.bucket_key(&client_of),
+                            },
+                            shown: entry.in_headers(),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         Explanation {
+            also,
             route: bare_route.to_owned(),
             parts,
             client: client.to_owned(),

@@ -38,7 +38,7 @@ pub(crate) mod source;
 pub use also::{AlsoBy, AlsoLimit};
 pub use changes::RuleChange;
 pub use error::{ConfigError, Diagnostic};
-pub use explain::{Explanation, PartValue, Step};
+pub use explain::{AlsoStep, Explanation, PartValue, Step};
 pub use extension::{Document, Extension};
 pub(crate) use plans::membership_sources;
 pub use plans::{MAX_MEMBERS_BYTES, PlanSource, Plans};

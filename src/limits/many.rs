@@ -187,10 +187,7 @@ impl<St: Store> Limits<St> {
             match found.and_then(|index| Some((index, rules.rule(index)?))) {
                 // A rule with a concurrency cap alone has no rate to check here; one that
                 // only carries `also` limits has theirs.
-                Some((index, rule))
-                    if !rule.is_unlimited()
-                        && !(rule.quotas().is_empty() && rule.stack_indices().is_empty()) =>
-                {
+                Some((index, rule)) if rule_decides(rule) => {
                     limited.push(Limited {
                         at,
                         index,
@@ -265,6 +262,13 @@ impl<St: Store> Limits<St> {
             .map(|decision| decision.unwrap_or_else(Decision::unlimited))
             .collect())
     }
+}
+
+/// Whether a key resolved to `rule` is decided here: a limited rule with a rate, or with
+/// `also` limits.
+fn rule_decides(rule: &Rule) -> bool {
+    let has_limits = !rule.quotas().is_empty() || !rule.stack_indices().is_empty();
+    !rule.is_unlimited() && has_limits
 }
 
 /// The client a limited key's bucket is kept under.

@@ -188,3 +188,100 @@ async fn the_key_api_decides_every_limit_and_hidden_ones_refuse_with_retry_after
     assert!(hidden.header("ratelimit").is_none(), "{:?}", hidden.headers);
     assert_eq!(hidden.header("ratelimit-policy"), Some("\"api\";q=10;w=60"));
 }
+
+/// Threads taking overlapping sets of buckets in opposite orders (a request's rule and a
+/// global limit, through keys whose stacks list them in different orders) never wait on
+/// each other for ever, and never admit past a budget.
+#[test]
+fn opposite_orders_of_overlapping_buckets_neither_deadlock_nor_overspend() {
+    const RULES: &str = "[limits.a]\nrate = \"1000/h\"\nalso.shared = { rate = \"600/h\", per = \"global\" }\n\
+         [limits.\"a/b\"]\nrate = \"1000/h\"\nalso.other = { rate = \"100000/h\", per = \"global\" }\n";
+    contend(Limits::from_toml(RULES).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Limits::builder()
+        .store(tollgate::store::BackendStore::new())
+        .from_toml(&format!(
+            "[store]\nbackend = \"disk\"\npath = \"{}\"\ncache_buckets = 2\n{RULES}",
+            dir.path().display()
+        ))
+        .unwrap();
+    assert!(disk.store().disk().is_some());
+    contend(disk);
+}
+
+fn contend<St: tollgate::store::Store>(limits: Limits<St>) {
+    let (done, finished) = std::sync::mpsc::channel();
+    let admitted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for thread in 0..4 {
+        let limits = limits.clone();
+        let done = done.clone();
+        let admitted = std::sync::Arc::clone(&admitted);
+        std::thread::spawn(move || {
+            for n in 0..500 {
+                // Even threads by `a` first, odd ones through `a/b` (its stack lists the
+                // root's `shared` before its own `other`): overlapping sets, other orders.
+                let keys = if thread % 2 == 0 {
+                    [("a/x", None), ("a/b/y", None)]
+                } else {
+                    [("a/b/y", None), ("a/x", None)]
+                };
+                let decided = crate::support::now_or_never(limits.check_all(&keys)).unwrap();
+                if decided.iter().all(|d| d.allowed()) {
+                    admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                let _ = n;
+            }
+            let _ = done.send(());
+        });
+    }
+    for _ in 0..4 {
+        finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("every thread finishes: no lock waits on another for ever");
+    }
+    let admitted = admitted.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        admitted, 600,
+        "600 an hour shared: a request whose two keys both meet it draws on it once"
+    );
+}
+
+/// An `also` limit keeps what it has spent across a reload, as a rule does; one whose
+/// `per` changes starts afresh.
+#[tokio::test]
+async fn a_reload_keeps_each_also_buckets_spending() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("limits.toml");
+    let write = |text: &str| std::fs::write(&file, text).unwrap();
+    write("[limits.api]\nrate = \"100/min\"\nalso.all = { rate = \"5/min\", per = \"global\" }\n");
+    let limits = Limits::load([&file]).unwrap();
+    for client in ["a", "b", "c"] {
+        assert!(
+            limits
+                .check(&format!("api/{client}"), 1)
+                .await
+                .unwrap()
+                .allowed()
+        );
+    }
+    write("[limits.api]\nrate = \"200/min\"\nalso.all = { rate = \"6/min\", per = \"global\" }\n");
+    limits.reload().unwrap();
+    let mut admitted = 0;
+    for client in ["d", "e", "f", "g", "h"] {
+        if limits
+            .check(&format!("api/{client}"), 1)
+            .await
+            .unwrap()
+            .allowed()
+        {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 3, "3 of the 6 were spent before the reload");
+    write("[limits.api]\nrate = \"200/min\"\nalso.all = { rate = \"6/min\", per = \"client\" }\n");
+    limits.reload().unwrap();
+    assert!(
+        limits.check("api/z", 1).await.unwrap().allowed(),
+        "per client now: afresh"
+    );
+}

@@ -555,3 +555,70 @@ async fn each_master_gets_the_configured_connections() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A request's buckets on different masters: each taken on its own, those taken given
+/// back when another refuses. No limit admits past its budget under concurrent requests,
+/// and every token a refused request took comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stacked_limits_across_masters_never_overspend_and_give_back_what_a_refusal_took() {
+    let Some(cluster) = RedisCluster::shared("stacked_limits_across_masters") else {
+        return;
+    };
+    let _quiet = cluster.quiet().await;
+    let config = format!(
+        "{}[limits.\"/\"]\nrate = \"2/h\"\nalso.all = {{ rate = \"8/h\", per = \"global\" }}\n",
+        store_table(
+            &seeds(cluster, true),
+            "stacked",
+            "on_backend_error = \"deny\"\ntimeout = \"2s\""
+        )
+    );
+    let limits = instance(&config);
+    // Buckets on more than one master: the global one, and clients spread over all.
+    let clients: Vec<String> = (0..10).map(|i| format!("s{i}")).collect();
+    let masters: std::collections::BTreeSet<Option<u16>> = clients
+        .iter()
+        .map(|c| cluster.master_of(cluster.slot(&format!("stacked:{{/{c}}}c"))))
+        .chain([cluster.master_of(cluster.slot("stacked:{/#all}g"))])
+        .collect();
+    assert!(masters.len() >= 2, "{masters:?}");
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        for client in &clients {
+            let limits = limits.clone();
+            let key = client.clone();
+            tasks.push(tokio::spawn(async move {
+                limits.check(&key, 1).await.unwrap().allowed()
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        if task.await.unwrap() {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 8, "the global budget, exactly: never more");
+    // What each client's own bucket holds adds up to what was admitted: every token a
+    // refused request took was given back.
+    let mut left = 0;
+    for client in &clients {
+        left += local_remaining(&limits, client).await;
+    }
+    assert_eq!(
+        left,
+        clients.len() * 2 - admitted,
+        "each client's own bucket gave back what its refused requests took"
+    );
+}
+
+/// What `client`'s own bucket under `"/"` holds now (not the stack's speaker).
+async fn local_remaining(limits: &Limits<BackendStore>, client: &str) -> usize {
+    use tollgate::store::{BucketQuery, Store as _};
+    let mut query = BucketQuery::new(limits.rules(), limits.now());
+    query.prefix = client.to_owned();
+    let rows = limits.store().buckets(query).await.unwrap();
+    rows.iter()
+        .find(|row| row.key == client)
+        .map_or(2, |row| usize::try_from(row.remaining).unwrap_or(0))
+}

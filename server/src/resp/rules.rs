@@ -4,7 +4,8 @@
 //! TG.CHECK key [COST n] [PLAN p] → [1|0, remaining, retry-after ms, reset ms, rule]
 //! TG.PEEK key [PLAN p]           → the same, taking nothing
 //! TG.EXPLAIN key [PLAN p]        → key, route, client, rule, bucket, each prefix tried, the
-//!                                  key's parts beside the route ([key] parts), the plan
+//!                                  key's parts beside the route ([key] parts), the plan,
+//!                                  the `also` limits it meets (name, per, rates, bucket)
 //! TG.CHARGE key n                → as TG.CHECK, having taken n even past empty
 //! TG.REFUND key n                → as TG.PEEK, having given n back (never past full)
 //! ```
@@ -159,7 +160,7 @@ pub(super) fn explain<St: Store>(limits: &Limits<St>, args: &[&[u8]], reply: &mu
     let (route, client) = key.rsplit_once('/').unwrap_or(("", key));
     let route = normalize_route(route, rules.route_settings());
     let why = rules.explain_as(&route, client, options.plan);
-    reply.map(10);
+    reply.map(11);
     reply.bulk(b"key");
     reply.bulk(why.key.as_bytes());
     reply.bulk(b"route");
@@ -200,6 +201,15 @@ pub(super) fn explain<St: Store>(limits: &Limits<St>, args: &[&[u8]], reply: &mu
     match &why.limit {
         Some(limit) => reply.bulk(limit.as_bytes()),
         None => reply.null(),
+    }
+    reply.bulk(b"also");
+    reply.array(why.also.len());
+    for also in &why.also {
+        reply.array(4);
+        reply.bulk(also.limit.as_bytes());
+        reply.bulk(also.per.as_bytes());
+        reply.bulk(also.rates.as_bytes());
+        reply.bulk(also.bucket.as_bytes());
     }
 }
 

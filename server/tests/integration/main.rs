@@ -9,6 +9,7 @@
 )]
 
 mod admin_page;
+mod also;
 mod architecture;
 mod bypass;
 mod config_files;

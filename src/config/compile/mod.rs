@@ -259,7 +259,7 @@ impl RuleSet {
             next_id,
             previous.map_or(1, |set| set.generation() + 1),
         );
-        set.with_rules(|rules, resolvable| also::assign_stacks(rules, resolvable));
+        set.with_rules(also::assign_stacks);
         set.extended(extensions.compile(&sources, &set)?);
         Ok(set)
     }
