@@ -31,6 +31,30 @@ pub(crate) trait BodyObserver: Send + Sync + std::fmt::Debug {
     fn end(self: Box<Self>);
 }
 
+/// Several observers of one body (a reservation of the rule's and of its `also` limits').
+#[derive(Debug)]
+struct Fanout(Vec<Box<dyn BodyObserver>>);
+
+impl BodyObserver for Fanout {
+    fn data(&mut self, bytes: &[u8]) {
+        for observer in &mut self.0 {
+            observer.data(bytes);
+        }
+    }
+
+    fn trailers(&mut self, trailers: &http::HeaderMap) {
+        for observer in &mut self.0 {
+            observer.trailers(trailers);
+        }
+    }
+
+    fn end(self: Box<Self>) {
+        for observer in self.0 {
+            observer.end();
+        }
+    }
+}
+
 /// Where the slot is.
 #[derive(Debug)]
 enum Held {
@@ -90,9 +114,12 @@ impl Permit {
         }
     }
 
-    /// Has `observer` read the response body too.
+    /// Has `observer` read the response body too (beside any observer it has).
     pub(crate) fn observe(&mut self, observer: Box<dyn BodyObserver>) {
-        self.observer = Some(observer);
+        self.observer = Some(match self.observer.take() {
+            None => observer,
+            Some(first) => Box::new(Fanout(vec![first, observer])),
+        });
     }
 
     /// Whether something reads the body.

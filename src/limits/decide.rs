@@ -120,6 +120,9 @@ pub(crate) struct Charge {
     pub(crate) cost: u64,
     /// `cost` was taken at admission, to be settled from the response.
     pub(crate) reserved: bool,
+    /// The reservations of the `also` limits the request met that settle from the
+    /// response (`cost = { reserve, from }` of their own): each limit's index and charge.
+    pub(crate) also: Vec<(usize, Charge)>,
 }
 
 /// Tokens taken for a key before the actual cost is known ([`Limits::reserve`]): settle
@@ -535,6 +538,7 @@ impl<St: Store> Limits<St> {
         } else {
             CheckMode::Consume
         };
+        let mut also_reserved = Vec::new();
         let decision = if rule.stack_indices().is_empty() {
             match self.start_check(rule, &client, mode, cost, now) {
                 Some(decision) => Deciding::One(decision),
@@ -550,16 +554,34 @@ impl<St: Store> Limits<St> {
             if draws.is_empty() {
                 return Plan::Pass(permit);
             }
+            also_reserved = draws
+                .iter()
+                .filter(|draw| draw.index != index)
+                .filter(|draw| rules.rule(draw.index).is_some_and(|r| r.settle().is_some()))
+                .map(|draw| {
+                    let charge = Charge {
+                        client: draw
+                            .client
+                            .clone()
+                            .unwrap_or_else(|| client.clone().into_owned()),
+                        cost: draw.cost,
+                        reserved: true,
+                        also: Vec::new(),
+                    };
+                    (draw.index, charge)
+                })
+                .collect();
             Deciding::Stack(self.decide_stack(Arc::clone(rules), draws, CheckMode::Consume, now))
         };
         if rule.is_tuned() {
             self.tune_slowly(rules, index, &client, (mode, cost), now, true);
         }
         let reserves = rule.settle().is_some();
-        let charge = (counts_status || reserves).then(|| Charge {
+        let charge = (counts_status || reserves || !also_reserved.is_empty()).then(|| Charge {
             cost: cost.unwrap_or_else(|| rule.cost()),
             client: client.clone().into_owned(),
             reserved: reserves,
+            also: also_reserved,
         });
         Plan::Check {
             index,

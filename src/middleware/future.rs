@@ -503,6 +503,21 @@ where
                         permit.finished(!response.status().is_server_error());
                     }
                     let mut headers = headers.take();
+                    // The `also` limits' own reservations, beside the rule's.
+                    if let Some(pending) = charge.as_mut()
+                        && !pending.charge.also.is_empty()
+                    {
+                        let also = std::mem::take(&mut pending.charge.also);
+                        let (limits, rules) = (&pending.limits, &pending.rules);
+                        for observer in
+                            settle::settle_also_from_head(limits, rules, also, &response)
+                        {
+                            match permit.as_mut() {
+                                Some(held) => held.observe(observer),
+                                None => permit = Some(Box::new(Permit::observing(observer))),
+                            }
+                        }
+                    }
                     if let Some(pending) = charge.take_if(|pending| pending.charge.reserved) {
                         // A reservation: settled from the head now, or from the body later.
                         match pending.settle_from_head(&response) {

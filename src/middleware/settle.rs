@@ -293,6 +293,41 @@ impl<St: Store> BodyObserver for BodySettlement<St> {
     }
 }
 
+/// Settles the reservations of the `also` limits a request met (`also`, each limit's index
+/// in `rules` and its charge) from the response's head: those read from a header now (in
+/// the background), the others by the observers returned, as the body goes by.
+pub(crate) fn settle_also_from_head<St: Store, B>(
+    limits: &Limits<St>,
+    rules: &Arc<Active>,
+    also: Vec<(usize, Charge)>,
+    response: &http::Response<B>,
+) -> Vec<Box<dyn BodyObserver>> {
+    let content_type = response.headers().get(http::header::CONTENT_TYPE);
+    let mut observers: Vec<Box<dyn BodyObserver>> = Vec::new();
+    for (index, charge) in also {
+        let Some(spec) = rules.rule(index).and_then(|rule| rule.settle()) else {
+            continue;
+        };
+        if let CostSource::Header(name) = &spec.from {
+            let figure = figure_of_header(response.headers().get(name), spec.max);
+            if let Some(settling) = settle(limits, rules, index, &charge, figure) {
+                run_detached(settling);
+            }
+            continue;
+        }
+        if let Some(reader) = BodyReader::new(&spec.from, content_type, spec.max) {
+            observers.push(Box::new(BodySettlement {
+                limits: limits.clone(),
+                rules: Arc::clone(rules),
+                index,
+                charge,
+                reader,
+            }));
+        }
+    }
+    observers
+}
+
 /// Settles `charge` (reserved under rule `index` of `rules`) with `figure`: the difference
 /// charged or refunded, in the background if the store answers later.
 pub(crate) fn settle<St: Store>(

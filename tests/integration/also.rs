@@ -285,3 +285,120 @@ async fn a_reload_keeps_each_also_buckets_spending() {
         "per client now: afresh"
     );
 }
+
+/// An `also` limit that counts tokens (`cost = { reserve, from }` of its own) is settled
+/// from the response as a rule is — from a header at once, or from the JSON body when it
+/// ends — while the rule beside it counts requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_also_limits_reservation_is_settled_from_the_response() {
+    let limits = Limits::from_toml(
+        "[client]\nsources = [\"header:x-key\"]\n\
+         [limits.v1]\nrate = \"100/min\"\n\
+         also.org = { rate = \"1000/h\", per = \"header:x-org\", cost = { reserve = 100, from = \"header:x-usage\" } }\n\
+         [limits.v2]\nrate = \"100/min\"\n\
+         also.org = { rate = \"1000/h\", per = \"header:x-org\", cost = { reserve = 100, from = \"json:/usage/total_tokens\" } }\n",
+    )
+    .unwrap();
+    let app = Router::new()
+        .route(
+            "/v1/chat",
+            get(|| async { ([("x-usage", "30")], "answered") }),
+        )
+        .route(
+            "/v2/chat",
+            get(|| async {
+                (
+                    [("content-type", "application/json")],
+                    r#"{"usage":{"total_tokens":45}}"#,
+                )
+            }),
+        )
+        .layer(RateLimitLayer::new(limits.clone()));
+    let address = serve(app).await;
+    for path in ["/v1/chat", "/v2/chat"] {
+        let reply = call(address, path, "k", "acme").await;
+        assert_eq!(reply.status, StatusCode::OK, "{path}");
+    }
+    // The settlements may finish just after the responses: bounded wait for them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let org = |prefix: &'static str| {
+            let limits = limits.clone();
+            async move {
+                use tollgate::store::{BucketQuery, Store as _};
+                let mut query = BucketQuery::new(limits.rules(), limits.now());
+                query.prefix = prefix.to_owned();
+                let rows = limits.store().buckets(query).await.unwrap();
+                rows.first().map(|row| row.remaining)
+            }
+        };
+        let (v1, v2) = (org("v1#org/").await, org("v2#org/").await);
+        if v1 == Some(970) && v2 == Some(955) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "100 reserved each, settled at 30 and 45: {v1:?} {v2:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A `count_status` rule keeps counting only the responses it names, beside an `also`
+/// limit that counts every admission; a delaying rule holds a request only when every
+/// limit it meets admits it, and a refusal by another takes no place in its schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_status_and_delay_rules_keep_their_ways_beside_also_limits() {
+    let limits = Limits::from_toml(
+        "[client]\nsources = [\"header:x-key\"]\n\
+         [limits.login]\nrate = \"2/min\"\ncount_status = [401]\n\
+         also.all = { rate = \"4/min\", per = \"global\" }\n\
+         [limits.slow]\nrate = \"10/s\"\nburst = 1\non_limit = \"delay\"\nmax_delay = \"2s\"\n\
+         also.cap = { rate = \"2/min\", per = \"global\" }\n",
+    )
+    .unwrap();
+    let app = Router::new()
+        .route("/login", get(|| async { StatusCode::UNAUTHORIZED }))
+        .route("/login/ok", get(|| async { "welcome" }))
+        .route("/slow", get(|| async { "done" }))
+        .layer(RateLimitLayer::new(limits.clone()));
+    let address = serve(app).await;
+    // A success counts on `all`, not on login's failures.
+    assert_eq!(
+        call(address, "/login/ok", "k", "o").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(address, "/login", "k", "o").await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        call(address, "/login", "k", "o").await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let refused = call(address, "/login", "k", "o").await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(body(&refused)["limit"], "login", "two failures counted");
+    // `all` took three (one success, two failures admitted); one left for someone else.
+    assert_eq!(
+        call(address, "/login/ok", "other", "o").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        body(&call(address, "/login/ok", "third", "o").await)["limit"],
+        "login#all"
+    );
+
+    // Two pass (the second held ~100 ms); the third is refused by `cap` at once.
+    let started = std::time::Instant::now();
+    for _ in 0..2 {
+        assert_eq!(
+            call(address, "/slow", "k", "o").await.status,
+            StatusCode::OK
+        );
+    }
+    let capped = call(address, "/slow", "k", "o").await;
+    assert_eq!(capped.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(body(&capped)["limit"], "slow#cap");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+}
