@@ -129,4 +129,48 @@ fn main() {
             );
         }
     }
+    also_contention(rounds, per_thread);
+}
+
+/// Two threads, 100,000 clients each, every request also drawing on one global `also`
+/// bucket (issue 45), beside the rule alone, in the same run.
+fn also_contention(rounds: usize, per_thread: usize) {
+    println!();
+    println!("| rule | threads | decisions/s | ÷ the rule alone |");
+    println!("|---|---|---|---|");
+    let decide_with = |toml: &str| -> Arc<dyn Fn(usize) + Send + Sync> {
+        let limits = Arc::new(Limits::from_toml(toml).unwrap());
+        Arc::new(move |i| {
+            let mut request = Request::get("/api/search").body(()).unwrap();
+            let peer = SocketAddr::new(client((i % 100_000) as u32), 40_000);
+            request.extensions_mut().insert(PeerAddr(peer));
+            black_box(
+                settle(limits.check_request(&request).unwrap())
+                    .unwrap()
+                    .allowed(),
+            );
+        })
+    };
+    let alone = decide_with(&format!("[limits]\n\"/\" = \"{GENEROUS}\"\n"));
+    let stacked = decide_with(&format!(
+        "[limits.\"/\"]\nrate = \"{GENEROUS}\"\nalso.all = {{ rate = \"{GENEROUS}\", per = \"global\" }}\n"
+    ));
+    for i in 0..100_000 {
+        alone(i);
+        stacked(i);
+    }
+    for threads in [1usize, 2] {
+        let mut ours = Vec::new();
+        let mut base = Vec::new();
+        for _ in 0..rounds {
+            base.push(run(threads, per_thread, Arc::clone(&alone)));
+            ours.push(run(threads, per_thread, Arc::clone(&stacked)));
+        }
+        let (ours, base) = (median(ours), median(base));
+        println!("| rule alone | {threads} | {base:.0} | 1.00 |");
+        println!(
+            "| rule + one global `also` | {threads} | {ours:.0} | {:.2} |",
+            ours / base
+        );
+    }
 }

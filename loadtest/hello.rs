@@ -19,7 +19,9 @@
 //!   that reports `x-usage: 1`), `tollgate-settle` (the same, its rule reserving 2 and
 //!   settling from that header: a refund each request), `tollgate-suggest` (the first with
 //!   `suggest = true`: each client's peak counted), `tollgate-candidate` (the first with one
-//!   candidate limit, which also counts peaks), `governor` or `governor-headers` (the same
+//!   candidate limit, which also counts peaks), `tollgate-also` (the first whose rule
+//!   carries two `also` limits: three buckets decided together), `tollgate-stacked` (three
+//!   tollgate layers stacked in tower, one rule each), `governor` or `governor-headers` (the same
 //!   with tower_governor's `use_headers`: `x-ratelimit-limit`, `-remaining`, `-after`) (tower_governor's `GovernorLayer` keyed by peer IP, no
 //!   headers);
 //! - quota `never` (1,000,000/s with a burst of 1,000,000: nobody is denied) or `deny`
@@ -87,6 +89,12 @@ enum Limiter {
     TollgateSuggest,
     /// `tollgate` with one candidate limit (which counts peaks too).
     TollgateCandidate,
+    /// `tollgate` whose rule carries two `also` limits (one global, one per client):
+    /// three buckets decided together.
+    TollgateAlso,
+    /// Three `tollgate` layers stacked in tower, one rule each (global, per client, per
+    /// client): what a user would do without `also`, and not atomic.
+    TollgateStacked,
     Governor,
     /// tower_governor with its rate-limit headers on (`use_headers`): the fair peer of
     /// `tollgate`, which sends the IETF headers.
@@ -128,7 +136,8 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
         | Limiter::TollgateUsage
         | Limiter::TollgateSettle
         | Limiter::TollgateSuggest
-        | Limiter::TollgateCandidate => {
+        | Limiter::TollgateCandidate
+        | Limiter::TollgateAlso => {
             let headers = match limiter {
                 Limiter::TollgateNoHeaders => "none",
                 _ => "ietf",
@@ -152,6 +161,14 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
                     ", cost = { reserve = 2, from = \"header:x-usage\" }".to_owned(),
                 ),
                 Limiter::TollgateSuggest => ("", "/", ", suggest = true".to_owned()),
+                Limiter::TollgateAlso => (
+                    "",
+                    "/",
+                    format!(
+                        ", also = {{ everyone = {{ rate = \"{per_second}/s\", burst = {burst}, per = \"global\" }}, \
+                         mine = {{ rate = \"{per_second}/s\", burst = {burst} }} }}"
+                    ),
+                ),
                 Limiter::TollgateCandidate => (
                     "",
                     "/",
@@ -168,6 +185,17 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
                 Limiter::TollgateWrapped => app.layer(layer),
                 _ => app.layer(layer.axum_body()),
             }
+        }
+        Limiter::TollgateStacked => {
+            let layer = |per: &str| -> Result<_, Box<dyn std::error::Error>> {
+                let toml = format!(
+                    "[limits]\n\"/\" = {{ rate = \"{per_second}/s\", burst = {burst}, per = \"{per}\" }}\n"
+                );
+                Ok(RateLimitLayer::new(Limits::from_toml(&toml)?).axum_body())
+            };
+            app.layer(layer("global")?)
+                .layer(layer("client")?)
+                .layer(layer("client")?)
         }
         Limiter::Governor => {
             let config = GovernorConfigBuilder::default()

@@ -752,3 +752,39 @@ async fn a_settled_request_costs_one_round_trip_to_admit_and_one_to_settle() {
         "{left}"
     );
 }
+
+/// A request meeting three limits (its rule and two `also` limits) is decided in one round
+/// trip to one Redis server: one call of the script for all three buckets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_limits_on_one_request_are_one_round_trip() {
+    let Some(server) = RedisServer::start("three_limits_on_one_request") else {
+        return;
+    };
+    let limits = Limits::builder()
+        .store(BackendStore::new())
+        .from_toml(&format!(
+            "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"three:\"\ntimeout = \"2s\"\n\
+             [limits.\"/\"]\nrate = \"10/min\"\n\
+             also = {{ all = {{ rate = \"15/min\", per = \"global\" }}, mine = {{ rate = \"100/h\" }} }}\n",
+            server.url()
+        ))
+        .unwrap();
+    // Connected, the script loaded.
+    limits.check("warm", 1).await.unwrap();
+    let before = server.command_calls("evalsha") + server.command_calls("eval");
+    let mut admitted = 0;
+    for n in 0..20 {
+        if limits
+            .check(&format!("c{}", n % 2), 1)
+            .await
+            .unwrap()
+            .allowed()
+        {
+            admitted += 1;
+        }
+    }
+    let calls = server.command_calls("evalsha") + server.command_calls("eval") - before;
+    assert_eq!(calls, 20, "one script call a request, three buckets each");
+    assert_eq!(admitted, 14, "15 a minute in all, one taken to warm up");
+    assert!(!limits.store().redis().unwrap().breaker_open());
+}

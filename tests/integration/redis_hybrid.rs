@@ -527,3 +527,44 @@ async fn a_joining_instance_leases_only_once_the_others_count_it() {
         "one lease call, then spent locally"
     );
 }
+
+/// A rule and a global `also` limit in hybrid mode: each bucket decided through its lease,
+/// the pair together; over the fleet, the global budget holds within hybrid mode's bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_and_its_also_limits_each_go_through_their_leases() {
+    let Some(server) = RedisServer::start("hybrid also") else {
+        return;
+    };
+    // Each client 100 a minute; everyone together 200 a minute (one lease at most
+    // 100 ms × 200/min ÷ 4 — a fraction of a token: leases are small, Redis decides most).
+    let fleet = Arc::new(fleet(
+        &server,
+        "stack",
+        "\"/\" = { rate = \"100/min\", also = { all = { rate = \"200/min\", per = \"global\" } } }\n",
+    ));
+    introduce(&fleet).await;
+    let mut admitted = 0;
+    let mut by_client = [0u32; 8];
+    for n in 0..600 {
+        let client = n % 8;
+        let limits = &fleet[n % 4];
+        if limits
+            .check(&format!("c{client}"), 1)
+            .await
+            .unwrap()
+            .allowed()
+        {
+            admitted += 1;
+            by_client[client] += 1;
+        }
+    }
+    // The global budget (200, within the bound of one interval over four instances).
+    assert!(
+        (190..=210).contains(&admitted),
+        "{admitted} admitted of 200"
+    );
+    assert!(by_client.iter().all(|&n| n <= 100), "{by_client:?}");
+    for limits in fleet.iter() {
+        assert!(limits.store().local().is_empty(), "no decision fell back");
+    }
+}
