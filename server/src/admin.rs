@@ -431,7 +431,24 @@ pub fn rules_json(rules: &RuleSet) -> Vec<Value> {
                     "count_status": rule.count_status().map(ToString::to_string),
                 }),
             };
-            json!({ "rule": rule.name(), "limit": limit, "origin": rule.origin().to_string() })
+            // The rule's own `also` limits (an ancestor's are listed under it).
+            let also: Vec<Value> = rules
+                .also_limits()
+                .filter(|limit| limit.key() == rule.key())
+                .filter_map(|limit| {
+                    let entry = limit.also()?;
+                    Some(json!({
+                        "limit": limit.name(),
+                        "per": entry.by().to_string(),
+                        "rates": limit.quotas().iter().map(|q| q.rate().to_string()).collect::<Vec<_>>(),
+                        "bursts": limit.quotas().iter().map(Quota::burst).collect::<Vec<_>>(),
+                        "cost": limit.cost(),
+                        "kind": limit.kind(),
+                        "shown": entry.in_headers(),
+                    }))
+                })
+                .collect();
+            json!({ "rule": rule.name(), "limit": limit, "origin": rule.origin().to_string(), "also": also })
         })
         .collect()
 }

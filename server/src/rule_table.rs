@@ -51,11 +51,9 @@ pub fn describe_rules(rules: &RuleSet) -> String {
             rule.summary(),
             rule.origin()
         );
-        for also in rules.stack(rule) {
+        // The rule's own `also` limits (an ancestor's are listed under it).
+        for also in rules.also_limits().filter(|also| also.key() == rule.key()) {
             let Some(entry) = also.also() else { continue };
-            if !also.name().starts_with(&format!("{}#", rule.name())) {
-                continue; // an ancestor's: listed under the rule that carries it
-            }
             let mut summary = also.summary();
             if let tollgate::config::AlsoBy::Part(part) = entry.by() {
                 summary = summary.replace("per client", &format!("per {part}"));

@@ -18,7 +18,7 @@ use crate::decision::Decision;
 use crate::key::{Client, SegmentBuffer, normalize_route};
 use std::sync::Arc;
 
-use crate::store::{BucketRef, CheckMode, CheckRequest, Store, StoreError};
+use crate::store::{CheckMode, Store, StoreError};
 
 /// A decision on its way: one bucket's, as the store answers it, or several limits'
 /// together (a rule and its `also` limits).
@@ -604,38 +604,18 @@ impl<St: Store> Limits<St> {
         now: Timestamp,
     ) -> Option<St::Future> {
         let Limit::Limited {
-            quotas,
             cost: rule_cost,
             per,
-            algorithm,
-            strict,
-            shaping,
             ..
         } = rule.limit()
         else {
             return None;
         };
-        // A rule with a concurrency cap alone has no rate to check.
-        if quotas.is_empty() {
-            return None;
-        }
-        let cost = cost.unwrap_or(*rule_cost);
         let client = match per {
             Per::Client => Some(client),
             Per::Global => None,
         };
-        Some(self.shared.store.check(CheckRequest {
-            bucket: BucketRef {
-                rule: rule.id(),
-                client,
-            },
-            quotas,
-            cost,
-            now,
-            mode,
-            algorithm: *algorithm,
-            strict: *strict,
-            shaping,
-        }))
+        let request = super::rule_request(rule, client, cost.unwrap_or(*rule_cost), now, mode)?;
+        Some(self.shared.store.check(request))
     }
 }

@@ -8,10 +8,10 @@ use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use super::stack::{NoParts, draws};
 use super::{Limits, decided_by};
 use crate::clock::Timestamp;
-use crate::config::{Limit, Per, Rule};
+use crate::config::{Per, Rule};
 use crate::decision::Decision;
 use crate::key::{Client, normalize_route};
-use crate::store::{BucketRef, CheckMode, CheckRequest, Store, StoreError};
+use crate::store::{CheckMode, CheckRequest, Store, StoreError};
 use crate::traffic::RuleCounters;
 
 /// One key of a [`Limits::check_keys`] call, already in matching form: what a front end
@@ -296,30 +296,8 @@ const REMAINDER_UNSAFE: &AsciiSet = &CONTROLS.add(b'/').add(b'%');
 
 /// A limited key's check request, at its rule's numbers.
 fn request<'a>(entry: &'a Limited<'_>, now: Timestamp) -> Option<CheckRequest<'a>> {
-    let Limit::Limited {
-        quotas,
-        per,
-        algorithm,
-        strict,
-        shaping,
-        ..
-    } = entry.rule.limit()
-    else {
-        return None;
-    };
-    Some(CheckRequest {
-        bucket: BucketRef {
-            rule: entry.rule.id(),
-            client: (*per == Per::Client).then_some(&entry.client),
-        },
-        quotas,
-        cost: entry.cost,
-        algorithm: *algorithm,
-        strict: *strict,
-        shaping,
-        now,
-        mode: CheckMode::Consume,
-    })
+    let client = (entry.rule.per() == Some(Per::Client)).then_some(&entry.client);
+    super::rule_request(entry.rule, client, entry.cost, now, CheckMode::Consume)
 }
 
 /// Counts `decision`, made at `now`, under the key's rule (its metrics and traffic).

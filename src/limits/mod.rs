@@ -138,3 +138,39 @@ fn decided_by(
         .with_rule(rule.name_arc())
         .with_shadow(rule.is_shadow())
 }
+
+/// The store's request for a bucket of `rule` — `client`'s, or with `None` its one global
+/// bucket — taking `cost` at `now` in `mode`; `None` for a rule with no rate (unlimited,
+/// or a concurrency cap alone).
+#[inline]
+pub(crate) fn rule_request<'a>(
+    rule: &'a crate::config::Rule,
+    client: Option<&'a crate::key::Client<'a>>,
+    cost: u64,
+    now: Timestamp,
+    mode: crate::store::CheckMode,
+) -> Option<crate::store::CheckRequest<'a>> {
+    let crate::config::Limit::Limited {
+        quotas,
+        algorithm,
+        strict,
+        shaping,
+        ..
+    } = rule.limit()
+    else {
+        return None;
+    };
+    (!quotas.is_empty()).then_some(crate::store::CheckRequest {
+        bucket: crate::store::BucketRef {
+            rule: rule.id(),
+            client,
+        },
+        quotas,
+        cost,
+        algorithm: *algorithm,
+        strict: *strict,
+        shaping,
+        now,
+        mode,
+    })
+}

@@ -21,7 +21,7 @@ use crate::clock::Timestamp;
 use crate::config::{AlsoBy, Limit, Per, Rule};
 use crate::decision::{Decision, StackNote};
 use crate::key::{Client, KeyPart};
-use crate::store::{BucketRef, CheckMode, CheckRequest, Store, StoreError};
+use crate::store::{CheckMode, CheckRequest, Store, StoreError};
 
 /// A decision over several limits, on its way.
 pub(crate) type StackFuture = Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
@@ -46,34 +46,12 @@ impl Draw {
         now: Timestamp,
         mode: CheckMode,
     ) -> Option<CheckRequest<'a>> {
-        let Limit::Limited {
-            quotas,
-            algorithm,
-            strict,
-            shaping,
-            ..
-        } = rule.limit()
-        else {
-            return None;
-        };
         let mode = if self.peek && mode == CheckMode::Consume {
             CheckMode::Peek
         } else {
             mode
         };
-        (!quotas.is_empty()).then_some(CheckRequest {
-            bucket: BucketRef {
-                rule: rule.id(),
-                client: self.client.as_ref(),
-            },
-            quotas,
-            cost: self.cost,
-            algorithm: *algorithm,
-            strict: *strict,
-            shaping,
-            now,
-            mode,
-        })
+        super::rule_request(rule, self.client.as_ref(), self.cost, now, mode)
     }
 }
 
