@@ -162,11 +162,13 @@ impl<St: Store> Limits<St> {
     ) -> Result<Vec<Decision>, StoreError> {
         let is_shadow = |draw: &Draw| rules.rule(draw.index).is_some_and(Rule::is_shadow);
         // Every distinct bucket once, enforced ones together.
-        let mut unique: Vec<&Draw> = Vec::new();
+        let mut unique: Vec<&Draw> = Vec::with_capacity(groups.iter().map(Vec::len).sum());
         for draw in groups.iter().flatten() {
-            if !unique
-                .iter()
-                .any(|seen| seen.index == draw.index && seen.client == draw.client)
+            // One request's draws are distinct already; several keys' may meet.
+            if groups.len() == 1
+                || !unique
+                    .iter()
+                    .any(|seen| seen.index == draw.index && seen.client == draw.client)
             {
                 unique.push(draw);
             }
@@ -206,16 +208,20 @@ impl<St: Store> Limits<St> {
         if mode == CheckMode::Consume {
             count_outcomes(rules, &decided, &shadows, now);
         }
-        let of = |group: &[Draw], all: &[(&Draw, Decision)]| -> Vec<(Draw, Decision)> {
+        if groups.len() == 1 {
+            // One request's limits (the layer's case): every decision is its own.
+            return Ok(vec![combine(rules, &decided, &shadows)]);
+        }
+        fn of<'d>(group: &[Draw], all: &[(&'d Draw, Decision)]) -> Vec<(&'d Draw, Decision)> {
             all.iter()
                 .filter(|(draw, _)| {
                     group
                         .iter()
                         .any(|mine| mine.index == draw.index && mine.client == draw.client)
                 })
-                .map(|(draw, decision)| ((*draw).clone(), decision.clone()))
+                .map(|(draw, decision)| (*draw, decision.clone()))
                 .collect()
-        };
+        }
         Ok(groups
             .iter()
             .map(|group| {
@@ -230,7 +236,11 @@ impl<St: Store> Limits<St> {
 /// One decision for the stack: the refusing limit that keeps the client waiting longest;
 /// when every limit admits, the shown limit closest to refusing (the fewest tokens left for
 /// its size). A stack of a shadow rule alone speaks as the shadow rule.
-fn combine(rules: &Active, decided: &[(Draw, Decision)], shadows: &[(Draw, Decision)]) -> Decision {
+fn combine(
+    rules: &Active,
+    decided: &[(&Draw, Decision)],
+    shadows: &[(&Draw, Decision)],
+) -> Decision {
     let shown = |index: usize| {
         rules.rule(index).is_some_and(|rule| {
             !rule.is_shadow() && rule.also().is_none_or(|also| also.in_headers())
