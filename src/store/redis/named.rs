@@ -251,16 +251,25 @@ impl NamedLink {
     }
 }
 
+impl NamedLink {
+    /// `call` on the connection (made first if need be); a connection the call found
+    /// broken is not used again.
+    async fn through<T>(
+        &self,
+        call: impl AsyncFnOnce(&mut MultiplexedConnection) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        let mut connection = self.connection().await?;
+        let result = call(&mut connection).await;
+        if let Err(error) = &result {
+            self.failed(error);
+        }
+        result
+    }
+}
+
 impl ConnectionLike for NamedLink {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            let mut connection = self.connection().await?;
-            let result = connection.req_packed_command(cmd).await;
-            if let Err(error) = &result {
-                self.failed(error);
-            }
-            result
-        })
+        Box::pin(self.through(async |connection| connection.req_packed_command(cmd).await))
     }
 
     fn req_packed_commands<'a>(
@@ -269,16 +278,11 @@ impl ConnectionLike for NamedLink {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            let mut connection = self.connection().await?;
-            let result = connection
+        Box::pin(self.through(async move |connection| {
+            connection
                 .req_packed_commands(pipeline, offset, count)
-                .await;
-            if let Err(error) = &result {
-                self.failed(error);
-            }
-            result
-        })
+                .await
+        }))
     }
 
     fn get_db(&self) -> i64 {
