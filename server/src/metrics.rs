@@ -271,6 +271,12 @@ pub const CATALOGUE: &[Metric] = &[
         "Tokens the responses of reserving rules said they used, by rule.",
     ),
     metric(
+        "tollgate_usage_tokens_total",
+        Kind::Counter,
+        &["rule", "kind"],
+        "Tokens of each kind (input, cached, output) the responses of rules settled from usage reported, by rule.",
+    ),
+    metric(
         "tollgate_settle_faults_total",
         Kind::Counter,
         &["rule", "reason"],

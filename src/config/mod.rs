@@ -20,6 +20,7 @@
 mod also;
 mod changes;
 mod compile;
+mod cost;
 #[cfg(feature = "yaml")]
 mod envoy_yaml;
 mod error;
@@ -37,13 +38,14 @@ pub(crate) mod source;
 
 pub use also::{AlsoBy, AlsoLimit};
 pub use changes::RuleChange;
+pub use cost::{CostSource, Settle, Usage, Weights};
 pub use error::{ConfigError, Diagnostic};
 pub use explain::{AlsoStep, Explanation, PartValue, Step};
 pub use extension::{Document, Extension};
 pub(crate) use plans::membership_sources;
 pub use plans::{MAX_MEMBERS_BYTES, PlanSource, Plans};
 pub use raw::{HeaderStyle, Per};
-pub use rule::{CostSource, Limit, Origin, Rule, RuleId, Settle, StatusSet};
+pub use rule::{Limit, Origin, Rule, RuleId, StatusSet};
 pub use rule_set::RuleSet;
 #[cfg(feature = "schema")]
 pub use schema::json_schema;

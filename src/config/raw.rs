@@ -331,22 +331,50 @@ pub(crate) struct RawAlso {
     pub(crate) concurrency: Option<Spanned<toml::Value>>,
 }
 
-/// `cost = { reserve = N, from = "header:NAME" | "trailer:NAME" | "json:/pointer", max = M }`
+/// `cost = { reserve = N | "estimate", from = "usage" | "header:NAME" | "trailer:NAME" |
+/// "json:/pointer", max = M, weights = { input, output, cached } }`
 #[derive(Clone, Debug, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSettle {
-    /// Tokens taken to admit the request (at least 1, at most each burst).
-    #[cfg_attr(feature = "schema", schemars(with = "i64"))]
-    pub(crate) reserve: Spanned<i64>,
-    /// Where the actual cost is read when the response ends: "header:NAME",
-    /// "trailer:NAME", or "json:/pointer" (a JSON body's field, or the last server-sent
-    /// event carrying it).
+    /// Tokens taken to admit the request (at least 1, at most each burst), or "estimate":
+    /// estimated from the request's JSON body (prompt text ÷ 4 plus its output ceiling,
+    /// weighted; `max` without one).
+    #[cfg_attr(feature = "schema", schemars(with = "schema_parts::ReserveSetting"))]
+    pub(crate) reserve: Spanned<RawReserve>,
+    /// Where the actual cost is read when the response ends: "usage" (the token usage of
+    /// an OpenAI, Anthropic or Gemini response), "header:NAME", "trailer:NAME", or
+    /// "json:/pointer" (a JSON body's field, or the last server-sent event carrying it).
     #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub(crate) from: Spanned<String>,
     /// The largest figure believed (default 1000000000); above it, the reservation stands.
+    /// With reserve = "estimate": what is reserved when the body gives no estimate.
     #[cfg_attr(feature = "schema", schemars(with = "Option<i64>"))]
     pub(crate) max: Option<Spanned<i64>>,
+    /// How input, output and cached tokens weigh in the cost (each 1 unless given).
+    #[cfg_attr(feature = "schema", schemars(with = "Option<RawWeights>"))]
+    pub(crate) weights: Option<Spanned<RawWeights>>,
+}
+
+/// `reserve`: a number of tokens, or `"estimate"`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawReserve {
+    Tokens(i64),
+    Word(String),
+}
+
+/// `weights = { input = 1, output = 4, cached = 0.1 }`
+#[derive(Clone, Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawWeights {
+    /// Input tokens not read from a cache (default 1).
+    pub(crate) input: Option<f64>,
+    /// Output tokens (default 1).
+    pub(crate) output: Option<f64>,
+    /// Input tokens read from a cache (default 1).
+    pub(crate) cached: Option<f64>,
 }
 
 /// `cost`: a number of tokens, or a reservation settled from the response.
@@ -354,6 +382,24 @@ pub(crate) struct RawSettle {
 pub(crate) enum RawCost {
     Fixed(i64),
     Settled(RawSettle),
+}
+
+impl RawCost {
+    /// What a request takes at admission: the fixed cost, the reservation, or for an
+    /// estimate its fallback `max` (required: the compiler says so when it is missing).
+    pub(crate) fn taken_at_admission(cost: &Spanned<RawCost>) -> Spanned<i64> {
+        match cost.get_ref() {
+            RawCost::Fixed(n) => Spanned::new(cost.span(), *n),
+            RawCost::Settled(settle) => Spanned::new(
+                settle.reserve.span(),
+                match (settle.reserve.get_ref(), &settle.max) {
+                    (RawReserve::Tokens(n), _) => *n,
+                    (RawReserve::Word(_), Some(max)) => *max.get_ref(),
+                    (RawReserve::Word(_), None) => 1,
+                },
+            ),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for RawCost {
@@ -502,12 +548,7 @@ impl<'de> Deserialize<'de> for RawRule {
                 Ok(RawRule {
                     rate: table.rate,
                     burst: table.burst,
-                    cost: table.cost.as_ref().map(|cost| match cost.get_ref() {
-                        RawCost::Fixed(n) => Spanned::new(cost.span(), *n),
-                        RawCost::Settled(settle) => {
-                            Spanned::new(settle.reserve.span(), *settle.reserve.get_ref())
-                        }
-                    }),
+                    cost: table.cost.as_ref().map(RawCost::taken_at_admission),
                     settle: table.cost.and_then(|cost| {
                         let span = cost.span();
                         match cost.into_inner() {
@@ -622,6 +663,24 @@ pub(crate) mod schema_parts {
             let one = generator.subschema_for::<T>();
             json_schema!({
                 "anyOf": [one.clone(), { "type": "array", "items": one, "minItems": 1 }]
+            })
+        }
+    }
+
+    /// `reserve`: a number of tokens, or "estimate".
+    pub(crate) struct ReserveSetting;
+
+    impl JsonSchema for ReserveSetting {
+        fn schema_name() -> Cow<'static, str> {
+            "ReserveSetting".into()
+        }
+
+        fn json_schema(_: &mut SchemaGenerator) -> Schema {
+            json_schema!({
+                "anyOf": [
+                    { "type": "integer", "minimum": 1 },
+                    { "const": "estimate" }
+                ]
             })
         }
     }

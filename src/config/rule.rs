@@ -14,6 +14,7 @@ use crate::key::Client;
 use crate::quota::Quota;
 
 use super::also::AlsoLimit;
+use super::cost::Settle;
 use super::raw::Per;
 
 /// A rule's identity inside one [`Limits`](crate::Limits): buckets are keyed by it.
@@ -103,86 +104,6 @@ pub enum Limit {
         /// own figure settles it.
         settle: Option<Settle>,
     },
-}
-
-/// A reservation settled when the response ends (`cost = { reserve = N, from = … }`):
-/// where the actual cost is read, and the most that is believed.
-///
-/// ```
-/// use tollgate::config::{CostSource, RuleSet};
-///
-/// let rules = RuleSet::from_toml(
-///     "[limits]\nllm = { rate = \"60000/min\", cost = { reserve = 1000, from = \"json:/usage/total_tokens\" } }\n",
-/// )?;
-/// let llm = rules.get("llm").unwrap();
-/// assert_eq!(llm.cost(), 1000, "reserved at admission");
-/// let settle = llm.settle().unwrap();
-/// assert_eq!(settle.from, CostSource::Json("/usage/total_tokens".into()));
-/// assert_eq!(settle.from.to_string(), "json:/usage/total_tokens");
-/// # Ok::<(), tollgate::config::ConfigError>(())
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Settle {
-    /// Where the actual figure is read.
-    pub from: CostSource,
-    /// The largest figure believed; above it the reservation stands (and it is counted as
-    /// a fault).
-    pub max: u64,
-}
-
-/// Where a response says what it cost.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CostSource {
-    /// `header:NAME`: a response header, read when the response starts.
-    Header(http::HeaderName),
-    /// `trailer:NAME`: an HTTP trailer, read when the body ends.
-    Trailer(http::HeaderName),
-    /// `json:/pointer`: a JSON body's field by JSON pointer (RFC 6901), read when the
-    /// body ends; for `text/event-stream` bodies, the last event whose data holds it.
-    Json(String),
-}
-
-impl fmt::Display for CostSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CostSource::Header(name) => write!(f, "header:{name}"),
-            CostSource::Trailer(name) => write!(f, "trailer:{name}"),
-            CostSource::Json(pointer) => write!(f, "json:{pointer}"),
-        }
-    }
-}
-
-impl std::str::FromStr for CostSource {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<CostSource, String> {
-        let text = text.trim();
-        let header = |name: &str| {
-            http::HeaderName::from_bytes(name.trim().as_bytes())
-                .map_err(|_| format!("\"{}\" is not a header name", name.escape_debug()))
-        };
-        if let Some(name) = text.strip_prefix("header:") {
-            return header(name).map(CostSource::Header);
-        }
-        if let Some(name) = text.strip_prefix("trailer:") {
-            return header(name).map(CostSource::Trailer);
-        }
-        if let Some(pointer) = text.strip_prefix("json:") {
-            if !(pointer.is_empty() || pointer.starts_with('/')) {
-                return Err(format!(
-                    "\"{}\" is not a JSON pointer (it starts with '/': \"json:/usage/total_tokens\")",
-                    pointer.escape_debug()
-                ));
-            }
-            return Ok(CostSource::Json(pointer.to_owned()));
-        }
-        Err(format!(
-            "cost source \"{}\" must be \"header:NAME\", \"trailer:NAME\" or \"json:/pointer\"",
-            text.escape_debug()
-        ))
-    }
 }
 
 /// The statuses a `count_status` rule charges for: exact codes and classes (`"5xx"`).

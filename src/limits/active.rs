@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::concurrency::Concurrency;
 use crate::config::RuleSet;
-use crate::traffic::{CandidateTraffic, PeakTracker, RuleCounters, Traffic};
+use crate::traffic::{CandidateTraffic, PeakTracker, Reserves, RuleCounters, Traffic};
 
 /// One generation of rules, with each rule's counters (index for index).
 pub(crate) struct Active {
@@ -36,7 +36,15 @@ impl Active {
                         Concurrency::Fixed(n) => n,
                         Concurrency::Adaptive(settings) => settings.min,
                     });
-                    RuleCounters::new(rule.name(), cap, rule.settle().is_some(), traffic)
+                    RuleCounters::new(
+                        rule.name(),
+                        cap,
+                        rule.settle().map(|settle| match settle.from {
+                            crate::config::CostSource::Usage => Reserves::Usage,
+                            _ => Reserves::Figure,
+                        }),
+                        traffic,
+                    )
                 })
             })
             .collect();

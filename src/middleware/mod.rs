@@ -40,6 +40,7 @@ mod outcome;
 pub mod response;
 mod service;
 pub(crate) mod settle;
+mod usage;
 
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use http::{HeaderMap, HeaderValue};
 use parking_lot::Mutex;
 
+use super::usage::UsageSoFar;
 use crate::concurrency::BodyObserver;
-use crate::config::CostSource;
+use crate::config::{CostSource, Usage};
 use crate::limits::{Active, Charge, Limits};
 use crate::store::Store;
 use crate::traffic::Fault;
@@ -33,6 +34,8 @@ pub(crate) const MAX_EVENT: usize = 64 << 10;
 pub(crate) enum Figure {
     /// A count within the bound.
     Found(u64),
+    /// Token usage (`from = "usage"`), to be weighed by the rule.
+    Usage(Usage),
     /// Nothing said: the reservation stands, and that is no fault.
     Missing,
     /// Something said that cannot be believed: the reservation stands, counted as a fault.
@@ -93,8 +96,12 @@ pub(crate) struct BodyReader {
     scanned: usize,
     /// What the last complete event said (events only), or the trailer's figure.
     last: Figure,
-    /// The JSON pointer's last key, unescaped: only events mentioning it are parsed.
+    /// The JSON pointer's last key, unescaped (`usage` for usage): only events mentioning
+    /// it are parsed.
     key: String,
+    /// The usage read so far (`from = "usage"`), and the first fault reading it.
+    usage: UsageSoFar,
+    usage_fault: Option<Fault>,
 }
 
 impl BodyReader {
@@ -120,9 +127,12 @@ impl BodyReader {
                 .unwrap_or_default()
                 .replace("~1", "/")
                 .replace("~0", "~"),
+            CostSource::Usage => "usage".to_owned(),
             _ => String::new(),
         };
         Some(BodyReader {
+            usage: UsageSoFar::default(),
+            usage_fault: None,
             key,
             source: source.clone(),
             events,
@@ -135,9 +145,9 @@ impl BodyReader {
     }
 
     pub(crate) fn data(&mut self, bytes: &[u8]) {
-        let CostSource::Json(pointer) = &self.source else {
+        if !matches!(self.source, CostSource::Json(_) | CostSource::Usage) {
             return;
-        };
+        }
         if !self.events {
             if self.buffer.len() + bytes.len() > MAX_JSON_BODY {
                 self.overflowed = true;
@@ -162,9 +172,20 @@ impl BodyReader {
         let mut start = 0;
         let mut from = self.scanned;
         while let Some(end) = blank_line(&self.buffer, from) {
-            if let Some(figure) = read_event(&self.buffer[start..end], pointer, &self.key, self.max)
-            {
-                self.last = figure;
+            let event = &self.buffer[start..end];
+            match &self.source {
+                CostSource::Json(pointer) => {
+                    if let Some(figure) = read_event(event, pointer, &self.key, self.max) {
+                        self.last = figure;
+                    }
+                }
+                _ => {
+                    if let Some(Err(fault)) = event_json(event, &self.key)
+                        .map(|document| document.and_then(|d| self.usage.read(&d)))
+                    {
+                        self.usage_fault.get_or_insert(fault);
+                    }
+                }
             }
             start = end;
             from = end;
@@ -200,8 +221,37 @@ impl BodyReader {
                     Err(_) => Figure::Bad(Fault::MalformedJson),
                 }
             }
+            CostSource::Usage if !self.events => {
+                if self.overflowed {
+                    return Figure::Bad(Fault::BodyOverBound);
+                }
+                if self.buffer.is_empty() {
+                    return Figure::Missing;
+                }
+                let mut usage = self.usage;
+                match serde_json::from_slice::<serde_json::Value>(&self.buffer) {
+                    Ok(document) => match usage.read(&document) {
+                        Ok(()) => figure_of_usage(usage),
+                        Err(fault) => Figure::Bad(fault),
+                    },
+                    Err(_) => Figure::Bad(Fault::MalformedJson),
+                }
+            }
+            CostSource::Usage => match self.usage_fault {
+                Some(fault) => Figure::Bad(fault),
+                None => figure_of_usage(self.usage),
+            },
             _ => self.last,
         }
+    }
+}
+
+/// The figure of the usage read from a whole body or stream.
+fn figure_of_usage(usage: UsageSoFar) -> Figure {
+    match usage.finish() {
+        None => Figure::Missing,
+        Some(Ok(usage)) => Figure::Usage(usage),
+        Some(Err(fault)) => Figure::Bad(fault),
     }
 }
 
@@ -210,6 +260,18 @@ impl BodyReader {
 /// text mentions the field's last `key` (`total_tokens` for `/usage/total_tokens`) is
 /// assembled and parsed.
 fn read_event(event: &[u8], pointer: &str, key: &str, max: u64) -> Option<Figure> {
+    match event_json(event, key)? {
+        Ok(document) => match figure_of_json(&document, pointer, max) {
+            Figure::Missing => None,
+            figure => Some(figure),
+        },
+        Err(fault) => Some(Figure::Bad(fault)),
+    }
+}
+
+/// One complete event's `data:` lines, joined and read as JSON: `None` when the event
+/// has no data, is `[DONE]` or never mentions `key`.
+fn event_json(event: &[u8], key: &str) -> Option<Result<serde_json::Value, Fault>> {
     let text = std::str::from_utf8(event).ok()?;
     if !key.is_empty() && !text.contains(key) {
         return None;
@@ -226,13 +288,7 @@ fn read_event(event: &[u8], pointer: &str, key: &str, max: u64) -> Option<Figure
     if data.trim() == "[DONE]" {
         return None;
     }
-    match serde_json::from_str::<serde_json::Value>(&data) {
-        Ok(document) => match figure_of_json(&document, pointer, max) {
-            Figure::Missing => None,
-            figure => Some(figure),
-        },
-        Err(_) => Some(Figure::Bad(Fault::MalformedJson)),
-    }
+    Some(serde_json::from_str(&data).map_err(|_| Fault::MalformedJson))
 }
 
 /// Where the first event in `bytes` (searched from `from`) ends: just past the blank line
@@ -339,17 +395,34 @@ pub(crate) fn settle<St: Store>(
 ) -> Option<St::Future> {
     let rule = rules.rule(index)?;
     let counters = rules.counters(index);
+    // Usage is weighed into one cost, believed up to the rule's `max`.
+    let (figure, usage) = match (figure, rule.settle()) {
+        (Figure::Usage(usage), Some(spec)) => match spec.weights.cost(usage) {
+            cost if cost <= spec.max => (Figure::Found(cost), Some(usage)),
+            _ => (Figure::Bad(Fault::AboveMax), None),
+        },
+        (Figure::Usage(_), None) => (Figure::Missing, None),
+        (figure, _) => (figure, None),
+    };
+    if let (Some(usage), Some(kinds)) = (
+        usage,
+        counters.and_then(|c| c.settle.as_ref()?.usage.as_ref()),
+    ) {
+        kinds[0].increment(usage.input);
+        kinds[1].increment(usage.cached);
+        kinds[2].increment(usage.output);
+    }
     if let Some(counters) = counters {
         let used = match figure {
             Figure::Found(actual) => actual,
-            Figure::Missing | Figure::Bad(_) => charge.cost,
+            Figure::Missing | Figure::Bad(_) | Figure::Usage(_) => charge.cost,
         };
         counters.settled(charge.cost, used);
     }
     let settles = counters.and_then(|counters| counters.settle.as_ref());
     let actual = match figure {
         Figure::Found(actual) => actual,
-        Figure::Missing => {
+        Figure::Missing | Figure::Usage(_) => {
             if let Some(settles) = settles {
                 settles.kept.increment(1);
             }
@@ -538,6 +611,49 @@ mod tests {
             Figure::Found(7)
         );
         assert_eq!(figure_of_header(None, 10), Figure::Missing);
+    }
+
+    #[test]
+    fn usage_streams_split_anywhere_give_input_and_final_output() {
+        let anthropic = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":25,\"cache_read_input_tokens\":100,\"output_tokens\":1}}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"Hi\"}}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let expected = Figure::Usage(Usage {
+            input: 25,
+            cached: 100,
+            output: 15,
+        });
+        for cut in 1..anthropic.len() {
+            let (a, b) = anthropic.split_at(cut);
+            assert_eq!(
+                read(&CostSource::Usage, "text/event-stream", &[a, b]),
+                expected,
+                "cut at {cut}"
+            );
+        }
+        let cut_off = &anthropic[..anthropic.find("event: message_delta").unwrap()];
+        assert_eq!(
+            read(&CostSource::Usage, "text/event-stream", &[cut_off]),
+            Figure::Bad(Fault::IncompleteUsage),
+            "a stream cut off before its usage"
+        );
+        let gemini =
+            r#"{"candidates":[],"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":5}}"#;
+        assert_eq!(
+            read(&CostSource::Usage, "application/json", &[gemini]),
+            Figure::Usage(Usage {
+                input: 10,
+                cached: 0,
+                output: 5
+            })
+        );
+        assert_eq!(
+            read(&CostSource::Usage, "application/json", &["{\"error\":{}}"]),
+            Figure::Missing
+        );
     }
 
     #[test]

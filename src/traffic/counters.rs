@@ -19,17 +19,21 @@ pub(crate) enum Fault {
     NotAWholeNumber,
     MalformedJson,
     BodyOverBound,
+    /// A usage object without its input or output count, or counting more cached tokens
+    /// than input.
+    IncompleteUsage,
 }
 
 impl Fault {
     /// Every fault, so a reserving rule's counters exist (at 0) before the first one.
-    pub(crate) const ALL: [Fault; 6] = [
+    pub(crate) const ALL: [Fault; 7] = [
         Fault::Negative,
         Fault::AboveMax,
         Fault::NotANumber,
         Fault::NotAWholeNumber,
         Fault::MalformedJson,
         Fault::BodyOverBound,
+        Fault::IncompleteUsage,
     ];
 
     /// The metric's label and the log's words.
@@ -41,6 +45,7 @@ impl Fault {
             Fault::NotAWholeNumber => "not a whole number",
             Fault::MalformedJson => "malformed JSON",
             Fault::BodyOverBound => "body larger than the bound read",
+            Fault::IncompleteUsage => "incomplete usage",
         }
     }
 }
@@ -128,6 +133,13 @@ impl RuleCounters {
     }
 }
 
+/// What a reserving rule settles from: one figure, or token usage by kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reserves {
+    Figure,
+    Usage,
+}
+
 /// A concurrency cap's metrics: in flight now, the cap, and requests it refused.
 #[derive(Clone)]
 pub(crate) struct ConcurrencyCounters {
@@ -146,12 +158,14 @@ pub(crate) struct SettleCounters {
     pub(crate) charged: metrics::Counter,
     pub(crate) kept: metrics::Counter,
     pub(crate) tokens: metrics::Counter,
+    /// Input, cached and output tokens of `from = "usage"` rules (`None` for others).
+    pub(crate) usage: Option<[metrics::Counter; 3]>,
     /// In the order of [`Fault::ALL`].
     faults: [metrics::Counter; Fault::ALL.len()],
 }
 
 impl SettleCounters {
-    fn new(name: &Arc<str>) -> SettleCounters {
+    fn new(name: &Arc<str>, usage: bool) -> SettleCounters {
         let outcome = |outcome: &'static str| metrics::counter!("tollgate_settled_total", "rule" => Arc::clone(name), "outcome" => outcome);
         SettleCounters {
             refunded: outcome("refunded"),
@@ -159,6 +173,11 @@ impl SettleCounters {
             charged: outcome("charged"),
             kept: outcome("kept"),
             tokens: metrics::counter!("tollgate_settled_tokens_total", "rule" => Arc::clone(name)),
+            usage: usage.then(|| {
+                ["input", "cached", "output"].map(|kind| {
+                    metrics::counter!("tollgate_usage_tokens_total", "rule" => Arc::clone(name), "kind" => kind)
+                })
+            }),
             faults: Fault::ALL.map(|fault| {
                 metrics::counter!("tollgate_settle_faults_total", "rule" => Arc::clone(name), "reason" => fault.reason())
             }),
@@ -174,16 +193,17 @@ impl SettleCounters {
 
 impl RuleCounters {
     /// The counters of the rule named `name`, whose concurrency cap starts at `cap` (if it
-    /// has one), with settlement counters if it `reserves`, counting its traffic into
-    /// `traffic`.
+    /// has one), with settlement counters if it `reserves` (and token usage counters if
+    /// that is from `usage`), counting its traffic into `traffic`.
     pub(crate) fn new(
         name: &str,
         cap: Option<u32>,
-        reserves: bool,
+        reserves: Option<Reserves>,
         traffic: &Traffic,
     ) -> RuleCounters {
         let name: Arc<str> = Arc::from(name);
-        let settle = reserves.then(|| SettleCounters::new(&name));
+        let settle =
+            reserves.map(|reserves| SettleCounters::new(&name, reserves == Reserves::Usage));
         let concurrency = cap.map(|cap| {
             let counters = ConcurrencyCounters {
                 in_flight: metrics::gauge!("tollgate_in_flight", "rule" => Arc::clone(&name)),

@@ -42,7 +42,7 @@ use crate::clock::Timestamp;
 use crate::key::Client;
 
 pub use candidates::{CandidateReport, CandidateTraffic, CandidateWindow};
-pub(crate) use counters::{Fault, RuleCounters};
+pub(crate) use counters::{Fault, Reserves, RuleCounters};
 pub use heavy::{Heavy, SpaceSaving, WindowedTop};
 pub use peaks::{PeakClient, PeakDistribution, PeakSuggestion, PeakTracker};
 pub use ring::{Counts, Seen, SlotCounts, TrafficRing};

@@ -125,12 +125,7 @@ fn compile_entry(
     let as_rule = RawRule {
         rate: raw.rate.clone(),
         burst: raw.burst.clone(),
-        cost: raw.cost.as_ref().map(|cost| match cost.get_ref() {
-            RawCost::Fixed(n) => Spanned::new(cost.span(), *n),
-            RawCost::Settled(settle) => {
-                Spanned::new(settle.reserve.span(), *settle.reserve.get_ref())
-            }
-        }),
+        cost: raw.cost.as_ref().map(RawCost::taken_at_admission),
         settle: raw.cost.as_ref().and_then(|cost| match cost.get_ref() {
             RawCost::Settled(settle) => Some(Spanned::new(cost.span(), settle.clone())),
             RawCost::Fixed(_) => None,

@@ -8,8 +8,9 @@ use std::ops::Range;
 
 use toml::Spanned;
 
+use super::super::cost::{CostSource, Weights};
 use super::super::error::Diagnostic;
-use super::super::raw::{OneOrMany, RawRule};
+use super::super::raw::{OneOrMany, RawReserve, RawRule};
 use super::super::rule::{Limit, StatusSet};
 use super::super::source::SourceText;
 use super::{concurrency, shaping};
@@ -423,23 +424,48 @@ fn settle(
         ));
         return None;
     }
-    let from = match raw.from.get_ref().parse::<crate::config::CostSource>() {
+    let from = match raw.from.get_ref().parse::<CostSource>() {
         Ok(from) => from,
         Err(message) => {
             diagnostics.push(at.source.at(raw.from.span(), message));
             return None;
         }
     };
+    let (reserved, estimate) = match raw.reserve.get_ref() {
+        RawReserve::Tokens(n) => (*n, false),
+        RawReserve::Word(word) if word == "estimate" => match &raw.max {
+            Some(max) => (*max.get_ref(), true),
+            None => {
+                diagnostics.push(at.source.at(
+                    raw.reserve.span(),
+                    format!(
+                        "rule \"{}\" reserves an estimate: give it a max (reserved when a request's body gives no estimate, and the output ceiling when it names none)",
+                        at.name
+                    ),
+                ));
+                return None;
+            }
+        },
+        RawReserve::Word(word) => {
+            diagnostics.push(at.source.at(
+                raw.reserve.span(),
+                format!(
+                    "reserve must be a number of tokens or \"estimate\", found \"{}\"",
+                    word.escape_debug()
+                ),
+            ));
+            return None;
+        }
+    };
     let max = match &raw.max {
         None => DEFAULT_MAX,
         Some(max) => match u64::try_from(*max.get_ref()) {
-            Ok(n) if n >= 1 && i64::try_from(n).is_ok_and(|n| n >= *raw.reserve.get_ref()) => n,
+            Ok(n) if n >= 1 && i64::try_from(n).is_ok_and(|n| n >= reserved) => n,
             _ => {
                 diagnostics.push(at.source.at(
                     max.span(),
                     format!(
-                        "max must be at least the reservation ({}), found {}",
-                        raw.reserve.get_ref(),
+                        "max must be at least the reservation ({reserved}), found {}",
                         max.get_ref()
                     ),
                 ));
@@ -447,7 +473,45 @@ fn settle(
             }
         },
     };
-    Some(crate::config::Settle { from, max })
+    let weights = match &raw.weights {
+        None => Weights::default(),
+        Some(weights) => {
+            let given = weights.get_ref();
+            let one = |weight: Option<f64>| weight.unwrap_or(1.0);
+            match Weights::new(one(given.input), one(given.cached), one(given.output)) {
+                Some(weights) => weights,
+                None => {
+                    diagnostics.push(at.source.at(
+                        weights.span(),
+                        format!(
+                            "weights must be numbers from 0 to {}, found {{ input = {}, output = {}, cached = {} }}",
+                            Weights::MAX,
+                            one(given.input),
+                            one(given.output),
+                            one(given.cached)
+                        ),
+                    ));
+                    return None;
+                }
+            }
+        }
+    };
+    if !weights.is_unit() && !matches!(from, CostSource::Usage) && !estimate {
+        diagnostics.push(at.source.at(
+            raw.weights.as_ref().map_or(field.span(), Spanned::span),
+            format!(
+                "rule \"{}\" weighs token counts, but reads one figure from {from}: weights need from = \"usage\" or reserve = \"estimate\"",
+                at.name
+            ),
+        ));
+        return None;
+    }
+    Some(crate::config::Settle {
+        from,
+        max,
+        weights,
+        estimate,
+    })
 }
 
 /// `cost`: at least 1, by default 1.

@@ -1,0 +1,256 @@
+//! What a request costs when the response says: a reservation settled from the response
+//! (`cost = { reserve, from, max, weights }`), where the figure is read, and how token
+//! counts are weighed into one cost.
+
+use std::fmt;
+
+/// A reservation settled when the response ends (`cost = { reserve = N, from = … }`):
+/// where the actual cost is read, and the most that is believed.
+///
+/// ```
+/// use tollgate::config::{CostSource, RuleSet};
+///
+/// let rules = RuleSet::from_toml(
+///     "[limits]\nllm = { rate = \"60000/min\", cost = { reserve = 1000, from = \"json:/usage/total_tokens\" } }\n",
+/// )?;
+/// let llm = rules.get("llm").unwrap();
+/// assert_eq!(llm.cost(), 1000, "reserved at admission");
+/// let settle = llm.settle().unwrap();
+/// assert_eq!(settle.from, CostSource::Json("/usage/total_tokens".into()));
+/// assert_eq!(settle.from.to_string(), "json:/usage/total_tokens");
+/// # Ok::<(), tollgate::config::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Settle {
+    /// Where the actual figure is read.
+    pub from: CostSource,
+    /// The largest figure believed; above it the reservation stands (and it is counted as
+    /// a fault).
+    pub max: u64,
+    /// How token counts weigh (`from = "usage"` and estimates).
+    pub weights: Weights,
+    /// `reserve = "estimate"`: the reservation is estimated from the request's JSON body
+    /// (its prompt text and output ceiling, weighted); without one, `max` is reserved.
+    pub estimate: bool,
+}
+
+/// Where a response says what it cost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CostSource {
+    /// `header:NAME`: a response header, read when the response starts.
+    Header(http::HeaderName),
+    /// `trailer:NAME`: an HTTP trailer, read when the body ends.
+    Trailer(http::HeaderName),
+    /// `json:/pointer`: a JSON body's field by JSON pointer (RFC 6901), read when the
+    /// body ends; for `text/event-stream` bodies, the last event whose data holds it.
+    Json(String),
+    /// `usage`: the token usage of an OpenAI (Chat Completions or Responses), Anthropic
+    /// Messages or Gemini response, as a JSON body or server-sent events, weighed by the
+    /// rule's [`Weights`].
+    Usage,
+}
+
+impl fmt::Display for CostSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CostSource::Header(name) => write!(f, "header:{name}"),
+            CostSource::Trailer(name) => write!(f, "trailer:{name}"),
+            CostSource::Json(pointer) => write!(f, "json:{pointer}"),
+            CostSource::Usage => f.write_str("usage"),
+        }
+    }
+}
+
+impl std::str::FromStr for CostSource {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<CostSource, String> {
+        let text = text.trim();
+        let header = |name: &str| {
+            http::HeaderName::from_bytes(name.trim().as_bytes())
+                .map_err(|_| format!("\"{}\" is not a header name", name.escape_debug()))
+        };
+        if text == "usage" {
+            return Ok(CostSource::Usage);
+        }
+        if let Some(name) = text.strip_prefix("header:") {
+            return header(name).map(CostSource::Header);
+        }
+        if let Some(name) = text.strip_prefix("trailer:") {
+            return header(name).map(CostSource::Trailer);
+        }
+        if let Some(pointer) = text.strip_prefix("json:") {
+            if !(pointer.is_empty() || pointer.starts_with('/')) {
+                return Err(format!(
+                    "\"{}\" is not a JSON pointer (it starts with '/': \"json:/usage/total_tokens\")",
+                    pointer.escape_debug()
+                ));
+            }
+            return Ok(CostSource::Json(pointer.to_owned()));
+        }
+        Err(format!(
+            "cost source \"{}\" must be \"usage\", \"header:NAME\", \"trailer:NAME\" or \"json:/pointer\"",
+            text.escape_debug()
+        ))
+    }
+}
+
+/// Token counts of one response (or one request's estimate), normalised across APIs:
+/// `input` is input not read from a cache, `cached` the input that was, `output` what was
+/// generated.
+///
+/// ```
+/// use tollgate::config::Usage;
+///
+/// let usage = Usage { input: 100, cached: 900, output: 50 };
+/// assert_eq!(usage.total(), 1050);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Input tokens not read from a cache.
+    pub input: u64,
+    /// Input tokens read from a cache.
+    pub cached: u64,
+    /// Output tokens (including reasoning tokens where the API counts them apart).
+    pub output: u64,
+}
+
+impl Usage {
+    /// All three counts together.
+    pub fn total(&self) -> u64 {
+        self.input
+            .saturating_add(self.cached)
+            .saturating_add(self.output)
+    }
+}
+
+/// How much each kind of token weighs in a cost: `weights = { input = 1, output = 4,
+/// cached = 0.1 }`. A kind without a weight weighs 1; weights are kept exactly to a
+/// millionth, and a weighted sum is rounded up.
+///
+/// ```
+/// use tollgate::config::{RuleSet, Usage};
+///
+/// let rules = RuleSet::from_toml(
+///     "[limits]\nllm = { rate = \"60000/min\", cost = { reserve = 1000, from = \"usage\", weights = { output = 4, cached = 0.1 } } }\n",
+/// )?;
+/// let weights = rules.get("llm").unwrap().settle().unwrap().weights;
+/// // 100 input + 4 × 50 output + 0.1 × 905 cached = 390.5, rounded up.
+/// assert_eq!(weights.cost(Usage { input: 100, cached: 905, output: 50 }), 391);
+/// # Ok::<(), tollgate::config::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Weights {
+    /// Millionths: input, cached, output.
+    micros: [u64; 3],
+}
+
+/// A weight of 1, in millionths.
+const ONE: u64 = 1_000_000;
+
+impl Default for Weights {
+    fn default() -> Weights {
+        Weights { micros: [ONE; 3] }
+    }
+}
+
+impl Weights {
+    /// The largest weight accepted.
+    pub const MAX: f64 = 1_000_000.0;
+
+    /// Weights of `input`, `cached` and `output` tokens; `None` if one is negative, not
+    /// finite or above [`Weights::MAX`].
+    pub fn new(input: f64, cached: f64, output: f64) -> Option<Weights> {
+        let micros = |weight: f64| {
+            (weight.is_finite() && (0.0..=Weights::MAX).contains(&weight))
+                // In range: at most 10^12 millionths, exact in an f64.
+                .then(|| (weight * ONE as f64).round() as u64)
+        };
+        Some(Weights {
+            micros: [micros(input)?, micros(cached)?, micros(output)?],
+        })
+    }
+
+    /// Whether every weight is 1 (the cost is the total).
+    pub fn is_unit(&self) -> bool {
+        self.micros == [ONE; 3]
+    }
+
+    /// The weighted sum of `usage`, rounded up (saturating at `u64::MAX`).
+    pub fn cost(&self, usage: Usage) -> u64 {
+        let counts = [usage.input, usage.cached, usage.output];
+        let micros: u128 = counts
+            .iter()
+            .zip(self.micros)
+            .map(|(&count, weight)| u128::from(count) * u128::from(weight))
+            .sum();
+        u64::try_from(micros.div_ceil(u128::from(ONE))).unwrap_or(u64::MAX)
+    }
+}
+
+impl fmt::Display for Weights {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let weight = |micros: u64| micros as f64 / ONE as f64;
+        write!(
+            f,
+            "input {} · cached {} · output {}",
+            weight(self.micros[0]),
+            weight(self.micros[1]),
+            weight(self.micros[2])
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_are_exact_and_round_up() {
+        let tenth = Weights::new(1.0, 0.1, 1.0).unwrap();
+        // 0.1 × 10 is exactly 1, not 1.0000000000000002 rounded up to 2.
+        assert_eq!(
+            tenth.cost(Usage {
+                input: 0,
+                cached: 10,
+                output: 0
+            }),
+            1
+        );
+        assert_eq!(
+            tenth.cost(Usage {
+                input: 0,
+                cached: 11,
+                output: 0
+            }),
+            2
+        );
+        assert_eq!(
+            Weights::default().cost(Usage {
+                input: 3,
+                cached: 4,
+                output: 5
+            }),
+            12
+        );
+        let huge = Usage {
+            input: u64::MAX,
+            cached: u64::MAX,
+            output: u64::MAX,
+        };
+        assert_eq!(
+            Weights::new(Weights::MAX, 1.0, 1.0).unwrap().cost(huge),
+            u64::MAX
+        );
+    }
+
+    #[test]
+    fn bad_weights_are_refused() {
+        for bad in [-0.5, f64::NAN, f64::INFINITY, Weights::MAX * 2.0] {
+            assert_eq!(Weights::new(bad, 1.0, 1.0), None, "{bad}");
+        }
+        assert!(Weights::new(0.0, 0.0, 0.0).is_some());
+    }
+}
