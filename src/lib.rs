@@ -22,5 +22,7 @@ pub use limits::{
     BucketBy, CallerBucket, DecisionFuture, KeyCheck, Limits, LimitsBuilder, RequestCost,
     Reservation, Suggestion, TakeOptions,
 };
-pub use middleware::{RateLimit, RateLimitLayer, ResponseFuture, body, response};
+pub use middleware::{
+    RateLimit, RateLimitLayer, ReadBody, ReadBodyLayer, ResponseFuture, body, response,
+};
 pub use quota::Quota;

@@ -84,10 +84,11 @@ impl std::str::FromStr for AlsoBy {
                     | KeyPart::Host
                     | KeyPart::Header(_)
                     | KeyPart::Query(_)
-                    | KeyPart::Cookie(_)),
+                    | KeyPart::Cookie(_)
+                    | KeyPart::Json(_)),
                 ) => Ok(AlsoBy::Part(part)),
                 Ok(_) | Err(_) => Err(format!(
-                    "per = \"{other}\" must be \"client\", \"global\" or a key part: \"host\", \"method\", \"header:NAME\", \"query:NAME\" or \"cookie:NAME\""
+                    "per = \"{other}\" must be \"client\", \"global\" or a key part: \"host\", \"method\", \"header:NAME\", \"query:NAME\", \"cookie:NAME\" or \"json:/pointer\""
                 )),
             },
         }

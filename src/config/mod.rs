@@ -46,7 +46,7 @@ pub(crate) use plans::membership_sources;
 pub use plans::{MAX_MEMBERS_BYTES, PlanSource, Plans};
 pub use raw::{HeaderStyle, Per};
 pub use rule::{Limit, Origin, Rule, RuleId, StatusSet};
-pub use rule_set::RuleSet;
+pub use rule_set::{BodyNeeds, RuleSet};
 #[cfg(feature = "schema")]
 pub use schema::json_schema;
 pub use settings::{

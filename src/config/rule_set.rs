@@ -6,11 +6,12 @@ use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::also::AlsoBy;
 use super::plans::Plans;
 use super::prefix::PrefixTable;
 use super::rule::{Rule, RuleId};
 use super::settings::{ReloadSettings, ResponseSettings, Settings, StoreSettings};
-use crate::key::{ClientSettings, RouteSettings};
+use crate::key::{ClientSettings, KeyPart, RouteSettings};
 
 /// The whole active configuration: rules, and how keys and responses are made.
 ///
@@ -54,6 +55,18 @@ pub struct RuleSet {
     generation: u64,
     /// What the embedding program's [`Extension`](super::Extension)s made of their tables.
     extensions: Vec<Arc<dyn Any + Send + Sync>>,
+    /// What the rules need of a request's JSON body (none: it is never read).
+    body: Option<Arc<BodyNeeds>>,
+}
+
+/// What a rule set needs of a request's JSON body: the values at `pointers` (key parts and
+/// `also` limits kept per `json:` part) and, if `estimates`, the prompt and output ceiling.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BodyNeeds {
+    /// The JSON pointers whose values make keys.
+    pub pointers: Vec<String>,
+    /// Whether a rule reserves an estimate (`reserve = "estimate"`).
+    pub estimates: bool,
 }
 
 impl RuleSet {
@@ -83,6 +96,7 @@ impl RuleSet {
             next_id,
             generation,
             extensions: Vec::new(),
+            body: None,
         }
     }
 
@@ -90,6 +104,51 @@ impl RuleSet {
     /// the set is used.
     pub(super) fn with_rules(&mut self, change: impl FnOnce(&mut [Rule], usize)) {
         change(&mut self.rules, self.resolvable);
+        self.body = self.find_body_needs();
+    }
+
+    /// What the rules and key parts need of a request's body, if anything.
+    fn find_body_needs(&self) -> Option<Arc<BodyNeeds>> {
+        let mut pointers: Vec<String> = Vec::new();
+        let also_parts = self
+            .rules
+            .iter()
+            .filter_map(|rule| match rule.also()?.by() {
+                AlsoBy::Part(part) => Some(part),
+                _ => None,
+            });
+        for part in self.route.parts.iter().chain(also_parts) {
+            if let KeyPart::Json(pointer) = part
+                && !pointers.contains(pointer)
+            {
+                pointers.push(pointer.clone());
+            }
+        }
+        let estimates = self
+            .rules
+            .iter()
+            .any(|rule| rule.settle().is_some_and(|settle| settle.estimate));
+        (estimates || !pointers.is_empty()).then(|| {
+            Arc::new(BodyNeeds {
+                pointers,
+                estimates,
+            })
+        })
+    }
+
+    /// What these rules need of a request's JSON body: `None` when nothing (the body is
+    /// then never read).
+    ///
+    /// ```
+    /// use tollgate::config::RuleSet;
+    ///
+    /// let rules = RuleSet::from_toml("[key]\nparts = [\"route\", \"json:/model\", \"client\"]\n[limits]\n\"/\" = \"10/s\"\n")?;
+    /// assert_eq!(rules.body_needs().unwrap().pointers, ["/model"]);
+    /// assert!(RuleSet::from_toml("[limits]\n\"/\" = \"10/s\"\n")?.body_needs().is_none());
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn body_needs(&self) -> Option<&Arc<BodyNeeds>> {
+        self.body.as_ref()
     }
 
     /// Keeps what the extensions made of their tables.

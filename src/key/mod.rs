@@ -8,11 +8,13 @@
 //! (`api/search/192.168.11.3`). The client is always exactly one segment: IPv6 networks
 //! are written without a length and header values have `/` percent-encoded.
 
+mod body;
 mod client;
 mod forwarded;
 mod parts;
 mod path;
 
+pub use body::{BodyProblem, MAX_REQUEST_JSON, RequestJson};
 pub use client::{
     Client, ClientId, ClientSettings, ClientSource, MAX_HEADER_IDENTITY, PeerAddr, Plan,
     encode_segment,

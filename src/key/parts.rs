@@ -51,6 +51,7 @@ use std::str::FromStr;
 use http::{HeaderName, Request};
 use percent_encoding::percent_encode;
 
+use super::body::RequestJson;
 use super::client::SEGMENT_UNSAFE;
 
 /// The longest value a part keeps, in bytes; longer values are cut to it.
@@ -77,6 +78,9 @@ pub enum KeyPart {
     Query(String),
     /// `"cookie:NAME"`: the value of a cookie.
     Cookie(String),
+    /// `"json:/pointer"`: a value of the request's JSON body (a string, number or
+    /// boolean), read by [`ReadBody`](crate::ReadBody) into [`RequestJson`].
+    Json(String),
 }
 
 impl fmt::Display for KeyPart {
@@ -89,6 +93,7 @@ impl fmt::Display for KeyPart {
             KeyPart::Header(name) => write!(f, "header:{name}"),
             KeyPart::Query(name) => write!(f, "query:{name}"),
             KeyPart::Cookie(name) => write!(f, "cookie:{name}"),
+            KeyPart::Json(pointer) => write!(f, "json:{pointer}"),
         }
     }
 }
@@ -99,12 +104,15 @@ impl fmt::Display for KeyPart {
 pub enum KeyPartsError {
     /// A part that is none of the known ones.
     #[error(
-        "unknown key part \"{0}\" (use route, client, method, host, header:NAME, query:NAME or cookie:NAME)"
+        "unknown key part \"{0}\" (use route, client, method, host, header:NAME, query:NAME, cookie:NAME or json:/pointer)"
     )]
     Unknown(String),
     /// `header:`, `query:` or `cookie:` without a name, or with one that cannot be.
     #[error("key part \"{0}\" needs a name, e.g. \"{1}:x-tenant\"")]
     Unnamed(String, &'static str),
+    /// `json:` without a JSON pointer.
+    #[error("key part \"{0}\" needs a JSON pointer starting with '/', e.g. \"json:/model\"")]
+    NotAPointer(String),
     /// A part listed twice.
     #[error("key part \"{0}\" is listed twice")]
     Twice(String),
@@ -154,6 +162,13 @@ impl FromStr for KeyPart {
         }
         if let Some(name) = named("cookie") {
             return name.map(KeyPart::Cookie);
+        }
+        if let Some(pointer) = text.strip_prefix("json:") {
+            let pointer = pointer.trim();
+            if pointer.starts_with('/') && !pointer.contains(char::is_whitespace) {
+                return Ok(KeyPart::Json(pointer.to_owned()));
+            }
+            return Err(KeyPartsError::NotAPointer(text.to_owned()));
         }
         Err(KeyPartsError::Unknown(text.to_owned()))
     }
@@ -368,6 +383,14 @@ pub(crate) fn part_value<'r, B>(part: &KeyPart, request: &'r Request<B>) -> Cow<
         }
         KeyPart::Cookie(name) => match cookie(request, name) {
             Some(value) => segment(value),
+            None => Cow::Borrowed(ABSENT),
+        },
+        KeyPart::Json(pointer) => match request
+            .extensions()
+            .get::<RequestJson>()
+            .and_then(|json| json.value(pointer))
+        {
+            Some(value) => segment(value.as_bytes()),
             None => Cow::Borrowed(ABSENT),
         },
     }

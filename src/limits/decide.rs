@@ -6,6 +6,7 @@ use http::Request;
 
 use super::Active;
 use super::deciding::{Deciding, DecisionFuture};
+use super::estimate::BodySeen;
 use super::stack::{NoParts, draws};
 use super::{Entry, Limits, QueuedPermit};
 use crate::clock::Timestamp;
@@ -473,8 +474,12 @@ impl<St: Store> Limits<St> {
             CheckMode::Consume
         };
         let mut also_reserved = Vec::new();
+        // What the rule itself takes: the caller's cost, its estimate, or its own cost.
+        let mut own_cost = cost;
         let decision = if rule.stack_indices().is_empty() {
-            match self.start_check(rule, &client, mode, cost, now) {
+            own_cost = cost
+                .or_else(|| super::estimate::estimate(rules, index, rule, BodySeen::of(request)));
+            match self.start_check(rule, &client, mode, own_cost, now) {
                 Some(decision) => Deciding::One(decision),
                 None => return Plan::Pass(permit),
             }
@@ -487,6 +492,9 @@ impl<St: Store> Limits<St> {
             }
             if draws.is_empty() {
                 return Plan::Pass(permit);
+            }
+            if let Some(own) = draws.first().filter(|d| d.index == index) {
+                own_cost = Some(own.cost);
             }
             also_reserved = draws
                 .iter()
@@ -512,7 +520,7 @@ impl<St: Store> Limits<St> {
         }
         let reserves = rule.settle().is_some();
         let charge = (counts_status || reserves || !also_reserved.is_empty()).then(|| Charge {
-            cost: cost.unwrap_or_else(|| rule.cost()),
+            cost: own_cost.unwrap_or_else(|| rule.cost()),
             client: client.clone().into_owned(),
             reserved: reserves,
             also: also_reserved,

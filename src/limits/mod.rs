@@ -29,6 +29,7 @@ mod caller;
 mod concurrency;
 mod decide;
 mod deciding;
+mod estimate;
 mod live;
 mod maintenance;
 mod many;

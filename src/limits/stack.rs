@@ -16,6 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use super::estimate::{BodySeen, estimate};
 use super::{Active, Limits, decided_by};
 use crate::clock::Timestamp;
 use crate::config::{AlsoBy, Limit, Per, Rule};
@@ -60,6 +61,11 @@ impl Draw {
 pub(crate) trait PartValues {
     /// The part's value as one segment (`-` when absent), or `None` without a request.
     fn value(&self, part: &KeyPart) -> Option<Cow<'_, str>>;
+
+    /// What is known of the request's body, for estimates.
+    fn body(&self) -> BodySeen<'_> {
+        BodySeen::NoRequest
+    }
 }
 
 /// No request to read parts from: `also` limits kept per part count per client.
@@ -75,11 +81,15 @@ impl<B> PartValues for http::Request<B> {
     fn value(&self, part: &KeyPart) -> Option<Cow<'_, str>> {
         Some(crate::key::part_value(part, self))
     }
+
+    fn body(&self) -> BodySeen<'_> {
+        BodySeen::of(self)
+    }
 }
 
 /// The draws of a request resolved to the rule at `index` of `rules`, by `client`: the
 /// rule's own bucket (if it has a rate) and each `also` limit's, each at `cost` if the
-/// caller gave one, else at its limit's own cost.
+/// caller gave one, else at its limit's estimate (for limits that estimate) or own cost.
 pub(crate) fn draws(
     rules: &Active,
     index: usize,
@@ -103,7 +113,9 @@ pub(crate) fn draws(
         draws.push(Draw {
             index,
             client: (*per == Per::Client).then(|| client.clone().into_owned()),
-            cost: cost.unwrap_or(*own),
+            cost: cost
+                .or_else(|| estimate(rules, index, rule, parts.body()))
+                .unwrap_or(*own),
             peek: false,
         });
     }
@@ -120,7 +132,9 @@ pub(crate) fn draws(
         draws.push(Draw {
             index: at,
             client: bucket,
-            cost: cost.unwrap_or_else(|| also.cost()),
+            cost: cost
+                .or_else(|| estimate(rules, at, also, parts.body()))
+                .unwrap_or_else(|| also.cost()),
             peek: false,
         });
     }

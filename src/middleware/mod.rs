@@ -37,6 +37,7 @@ pub mod body;
 mod future;
 mod layer;
 mod outcome;
+mod read_body;
 pub mod response;
 mod service;
 pub(crate) mod settle;
@@ -44,4 +45,7 @@ mod usage;
 
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
+pub use read_body::{
+    ReadBody, ReadBodyFuture, ReadBodyLayer, ReplayBody, Replayed, RequestBodyStyle,
+};
 pub use service::RateLimit;

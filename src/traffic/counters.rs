@@ -22,11 +22,14 @@ pub(crate) enum Fault {
     /// A usage object without its input or output count, or counting more cached tokens
     /// than input.
     IncompleteUsage,
+    /// A request body an estimate could not be read from (not JSON, too large, broken,
+    /// or not read at all): the rule's `max` was reserved.
+    UnreadableRequest,
 }
 
 impl Fault {
     /// Every fault, so a reserving rule's counters exist (at 0) before the first one.
-    pub(crate) const ALL: [Fault; 7] = [
+    pub(crate) const ALL: [Fault; 8] = [
         Fault::Negative,
         Fault::AboveMax,
         Fault::NotANumber,
@@ -34,6 +37,7 @@ impl Fault {
         Fault::MalformedJson,
         Fault::BodyOverBound,
         Fault::IncompleteUsage,
+        Fault::UnreadableRequest,
     ];
 
     /// The metric's label and the log's words.
@@ -46,6 +50,7 @@ impl Fault {
             Fault::MalformedJson => "malformed JSON",
             Fault::BodyOverBound => "body larger than the bound read",
             Fault::IncompleteUsage => "incomplete usage",
+            Fault::UnreadableRequest => "unreadable request body",
         }
     }
 }

@@ -19,6 +19,7 @@ mod hyper_server;
 mod in_flight;
 mod key_parts;
 mod layer_http;
+mod llm;
 mod modes;
 mod plans;
 mod redis_backend;

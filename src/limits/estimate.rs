@@ -1,0 +1,101 @@
+//! What a request reserves under a rule that estimates (`cost = { reserve = "estimate" }`):
+//! its prompt's tokens and its output ceiling, weighed by the rule's weights, read from the
+//! request's [`RequestJson`] — or the rule's `max` when the body gave none, counted as a
+//! fault.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::Active;
+use crate::config::{Rule, Usage};
+use crate::key::RequestJson;
+use crate::traffic::Fault;
+
+/// What the caller of a decision knows of the request's body.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum BodySeen<'r> {
+    /// No request (a key decided over RESP or gRPC): estimates fall back to `max`, quietly.
+    NoRequest,
+    /// A request whose body was not read (no [`ReadBodyLayer`](crate::ReadBodyLayer)).
+    NotRead,
+    /// A request whose body was read.
+    Read(&'r RequestJson),
+}
+
+impl<'r> BodySeen<'r> {
+    /// What `request` carries.
+    pub(crate) fn of<B>(request: &'r http::Request<B>) -> BodySeen<'r> {
+        match request.extensions().get::<RequestJson>() {
+            Some(json) => BodySeen::Read(json),
+            None => BodySeen::NotRead,
+        }
+    }
+}
+
+/// The tokens rule `index` of `rules` takes at admission when it estimates: `None` for
+/// rules that do not (they take their own cost).
+pub(crate) fn estimate(
+    rules: &Active,
+    index: usize,
+    rule: &Rule,
+    body: BodySeen<'_>,
+) -> Option<u64> {
+    let settle = rule.settle().filter(|settle| settle.estimate)?;
+    let json = match body {
+        BodySeen::NoRequest => return Some(settle.max),
+        BodySeen::Read(json) if json.problem().is_none() => json,
+        BodySeen::Read(json) => {
+            fault(
+                rules,
+                index,
+                rule,
+                &json.problem().map_or(String::new(), |p| p.to_string()),
+            );
+            return Some(settle.max);
+        }
+        BodySeen::NotRead => {
+            fault(
+                rules,
+                index,
+                rule,
+                "the request's body was not read (put ReadBodyLayer outside the rate-limit layer)",
+            );
+            return Some(settle.max);
+        }
+    };
+    let usage = Usage {
+        input: json.prompt_tokens(),
+        cached: 0,
+        output: json.output_ceiling().unwrap_or(settle.max),
+    };
+    Some(settle.weights.cost(usage).clamp(1, settle.max))
+}
+
+/// Counts an estimate that fell back to `max`, and logs it once per rule a minute.
+fn fault(rules: &Active, index: usize, rule: &Rule, why: &str) {
+    if let Some(settles) = rules.counters(index).and_then(|c| c.settle.as_ref()) {
+        settles.fault(Fault::UnreadableRequest).increment(1);
+    }
+    static LAST: LazyLock<Mutex<HashMap<String, Instant>>> =
+        LazyLock::new(|| Mutex::new(HashMap::new()));
+    let now = Instant::now();
+    let mut last = LAST.lock();
+    if last
+        .get(rule.name())
+        .is_some_and(|at| now.duration_since(*at) < Duration::from_secs(60))
+    {
+        return;
+    }
+    if last.len() > 10_000 {
+        last.clear();
+    }
+    last.insert(rule.name().to_owned(), now);
+    tracing::warn!(
+        rule = rule.name(),
+        reason = why,
+        "a request's estimate could not be read; its rule's max is reserved (logged once a minute per rule)"
+    );
+}
