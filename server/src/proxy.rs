@@ -43,7 +43,7 @@ use super::upstream::{Http1Pool, UpstreamError};
 struct TimedOut;
 use hyper_rustls::HttpsConnector;
 use tollgate::store::Store;
-use tollgate::{Limits, RateLimitLayer};
+use tollgate::{Limits, RateLimitLayer, ReadBodyLayer};
 
 /// How the proxy front end forwards and serves.
 ///
@@ -122,7 +122,10 @@ pub async fn serve_with<St: Store>(
     let app = Router::new()
         .fallback(handler)
         .with_state(Arc::new(proxy))
-        .layer(RateLimitLayer::new(limits).axum_body());
+        .layer(RateLimitLayer::new(limits.clone()).axum_body())
+        // Outside the rate limit: a request's JSON body is read (when the rules need it)
+        // before it is decided.
+        .layer(ReadBodyLayer::new(limits).axum_body());
     serve_http(
         listener,
         app,

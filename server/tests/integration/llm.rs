@@ -43,7 +43,7 @@ async fn remaining(admin: std::net::SocketAddr, key: &str) -> u64 {
 async fn a_key_runs_out_of_tokens_and_into_debt() {
     let running = start_gateway(RULES, |_| {}).await;
     let (proxy, admin) = (running.gateway.listen_addr(), running.gateway.admin_addr());
-    // 3 prompt words + 100 completion tokens: 103 used of the 500 reserved.
+    // 19 bytes of prompt (5 tokens) + 100 completion tokens: 105 used of the 500 reserved.
     let reply = chat(
         proxy,
         "key-1",
@@ -51,8 +51,8 @@ async fn a_key_runs_out_of_tokens_and_into_debt() {
     )
     .await;
     assert_eq!(reply.status, StatusCode::OK);
-    assert_eq!(json(&reply)["usage"]["total_tokens"], 103);
-    assert_eq!(remaining(admin, "key-1").await, 2000 - 103);
+    assert_eq!(json(&reply)["usage"]["total_tokens"], 105);
+    assert_eq!(remaining(admin, "key-1").await, 2000 - 105);
     // Streamed: the usage in the last event settles it.
     let streamed = chat(
         proxy,
@@ -62,7 +62,7 @@ async fn a_key_runs_out_of_tokens_and_into_debt() {
     .await;
     assert_eq!(streamed.status, StatusCode::OK);
     assert!(streamed.body.contains("\"usage\"") && streamed.body.ends_with("data: [DONE]\n\n"));
-    assert_eq!(remaining(admin, "key-1").await, 2000 - 103 - 41);
+    assert_eq!(remaining(admin, "key-1").await, 2000 - 105 - 41);
     // A long answer: 3000 tokens, admitted on its 500 reservation, leaves the key in debt.
     let long = chat(proxy, "key-1", r#"{"messages":[],"max_tokens":3000}"#).await;
     assert_eq!(long.status, StatusCode::OK);
@@ -90,10 +90,159 @@ async fn a_key_runs_out_of_tokens_and_into_debt() {
         .unwrap();
     assert_eq!(rule["tokens"]["settlements"], 4, "{rule}");
     assert_eq!(rule["tokens"]["reserved"], 4 * 500);
-    assert_eq!(rule["tokens"]["used"], 103 + 41 + 3000 + 16);
+    assert_eq!(rule["tokens"]["used"], 105 + 41 + 3000 + 16);
     let page = get(admin, "/", &[]).await.body;
     assert!(
-        page.contains("tokens since start: 2000 reserved · 3160 used, by 4 settled responses"),
+        page.contains("tokens since start: 2000 reserved · 3162 used, by 4 settled responses"),
         "the page shows it"
     );
+}
+
+/// A key's weighted token budget (an `also` limit on every request), a model's limit for
+/// everyone (an ordinary rule on the model read from the body) — estimated at admission
+/// and settled from the usage of each API the demo model speaks, streamed and not.
+const AI_RULES: &str = r#"
+[key]
+parts = ["route", "json:/model", "client"]
+
+[client]
+sources = ["header:x-api-key", "ip"]
+
+[limits."/"]
+rate = "100/s"
+
+[limits."/".also]
+tokens = { rate = "60000/min", cost = { reserve = "estimate", from = "usage", max = 20000, weights = { input = 1, output = 4, cached = 0.1 } } }
+
+[limits."v1/chat/completions/gpt-4o"]
+rate = "200000/min"
+per = "global"
+cost = { reserve = "estimate", from = "usage", max = 20000 }
+"#;
+
+fn metric(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{metrics}")) as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_budgets_per_key_and_per_model_from_every_api_streamed_and_not() {
+    let running = start_gateway(AI_RULES, |_| {}).await;
+    let (proxy, admin) = (running.gateway.listen_addr(), running.gateway.admin_addr());
+    // 8 bytes of prompt (2 tokens), 10 tokens of answer: 2 + 4 × 10 = 42 weighted.
+    let calls = [
+        (
+            "/v1/chat/completions",
+            r#"{"model":"gpt-4o","max_tokens":10,"messages":[{"role":"user","content":"abcdefgh"}]STREAM}"#,
+        ),
+        (
+            "/v1/responses",
+            r#"{"model":"gpt-4.1","max_output_tokens":10,"input":"abcdefgh"STREAM}"#,
+        ),
+        (
+            "/v1/messages",
+            r#"{"model":"claude-x","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":"abcdefgh"}]}]STREAM}"#,
+        ),
+        (
+            "/v1beta/models/gemini-x:generateContent",
+            r#"{"contents":[{"parts":[{"text":"abcdefgh"}]}],"generationConfig":{"maxOutputTokens":10}}"#,
+        ),
+        (
+            "/v1beta/models/gemini-x:streamGenerateContent",
+            r#"{"contents":[{"parts":[{"text":"abcdefgh"}]}],"generationConfig":{"maxOutputTokens":10}}"#,
+        ),
+    ];
+    let mut sent = 0;
+    for (path, body) in calls {
+        for stream in ["", r#","stream":true"#] {
+            if path.contains("gemini") && !stream.is_empty() {
+                continue;
+            }
+            let body = body.replace("STREAM", stream);
+            let reply = send(
+                proxy,
+                Method::POST,
+                path,
+                &[("x-api-key", "key-1"), ("content-type", "application/json")],
+                Bytes::from(body),
+            )
+            .await;
+            assert_eq!(
+                reply.status,
+                StatusCode::OK,
+                "{path} {stream}: {}",
+                reply.body
+            );
+            sent += 1;
+        }
+    }
+    assert_eq!(sent, 8);
+    let metrics = get(admin, "/metrics", &[]).await.body;
+    let usage = |rule: &str, kind: &str| {
+        metric(
+            &metrics,
+            &format!("tollgate_usage_tokens_total{{rule=\"{rule}\",kind=\"{kind}\"}}"),
+        )
+    };
+    assert_eq!(
+        usage("/#tokens", "input"),
+        8 * 2,
+        "every request's input, every API"
+    );
+    assert_eq!(usage("/#tokens", "output"), 8 * 10);
+    assert_eq!(usage("/#tokens", "cached"), 0);
+    assert_eq!(
+        usage("v1/chat/completions/gpt-4o", "output"),
+        2 * 10,
+        "gpt-4o's only"
+    );
+    assert_eq!(
+        metric(&metrics, "tollgate_settled_tokens_total{rule=\"/#tokens\"}"),
+        8 * 42
+    );
+    // Answers of 4,000 tokens: 2 + 16,000 estimated, and used. Three fit in what is left
+    // of 60,000 − 8 × 42; the fourth is refused before the model is asked.
+    let long = r#"{"model":"claude-x","max_tokens":4000,"messages":[{"role":"user","content":"abcdefgh"}]}"#;
+    for _ in 0..3 {
+        let reply = send(
+            proxy,
+            Method::POST,
+            "/v1/messages",
+            &[("x-api-key", "key-1"), ("content-type", "application/json")],
+            Bytes::from(long),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK);
+    }
+    let refused = send(
+        proxy,
+        Method::POST,
+        "/v1/messages",
+        &[("x-api-key", "key-1"), ("content-type", "application/json")],
+        Bytes::from(long),
+    )
+    .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains(r#""limit":"/#tokens""#),
+        "{}",
+        refused.body
+    );
+    // Another key has its own budget.
+    let other = send(
+        proxy,
+        Method::POST,
+        "/v1/messages",
+        &[("x-api-key", "key-2"), ("content-type", "application/json")],
+        Bytes::from(long),
+    )
+    .await;
+    assert_eq!(other.status, StatusCode::OK);
 }
