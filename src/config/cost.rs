@@ -33,6 +33,9 @@ pub struct Settle {
     /// `reserve = "estimate"`: the reservation is estimated from the request's JSON body
     /// (its prompt text and output ceiling, weighted); without one, `max` is reserved.
     pub estimate: bool,
+    /// A money rule's unit (`rate = "$50/month"`): the usage is priced by `[prices]`, and
+    /// `reserve` and `max` are counted in that unit.
+    pub money: Option<super::money::Money>,
 }
 
 /// Where a response says what it cost.

@@ -36,13 +36,34 @@ pub(crate) struct RawFile {
     pub(crate) reload: Option<Spanned<RawReload>>,
     #[serde(default)]
     pub(crate) plans: RawPlans,
+    /// Each model's price: `[prices."gpt-4o*"] input = "2.50/1M"`.
+    #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(with = "BTreeMap<String, RawPrice>"))]
+    pub(crate) prices: BTreeMap<Spanned<String>, Spanned<RawPrice>>,
 }
 
 impl RawFile {
     /// The top-level tables tollgate reads.
-    pub(crate) const TABLES: [&'static str; 7] = [
-        "key", "client", "response", "limits", "store", "reload", "plans",
+    pub(crate) const TABLES: [&'static str; 8] = [
+        "key", "client", "response", "limits", "store", "reload", "plans", "prices",
     ];
+}
+
+/// One model's price (`[prices."MODEL"]`): an amount per million ("2.50/1M") or thousand
+/// ("0.0025/1K") tokens of each kind; a kind left out costs nothing.
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPrice {
+    /// Input tokens not read from a cache.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) input: Option<Spanned<String>>,
+    /// Output tokens.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) output: Option<Spanned<String>>,
+    /// Input tokens read from a cache.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) cached: Option<Spanned<String>>,
 }
 
 /// `[plans]`: which plan a client is on, and the plan of clients no source names.

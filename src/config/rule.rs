@@ -454,6 +454,25 @@ impl Rule {
         }
     }
 
+    /// A count of this rule's bucket as headers show it: itself, or for a money rule
+    /// (`rate = "$50/month"`) whole cents.
+    ///
+    /// ```
+    /// use tollgate::config::RuleSet;
+    ///
+    /// let rules = RuleSet::from_toml("[limits]\nllm = { rate = \"$50/month\", cost = { reserve = 10, from = \"usage\" } }\n")?;
+    /// let llm = rules.get("llm").unwrap();
+    /// assert_eq!(llm.cost(), 100_000, "10 cents, in micro-dollars");
+    /// assert_eq!(llm.shown(50_000_000), 5000, "$50 shown in cents");
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn shown(&self, count: u64) -> u64 {
+        match self.settle().and_then(|settle| settle.money) {
+            Some(money) => money.cents(count),
+            None => count,
+        }
+    }
+
     /// Whether the rule only measures (`shadow = true`).
     pub fn is_shadow(&self) -> bool {
         matches!(self.limit, Limit::Limited { shadow: true, .. })
@@ -622,11 +641,16 @@ impl Rule {
 fn policies(policy_name: &str, limit: &Limit) -> Vec<HeaderValue> {
     match limit {
         Limit::Unlimited => Vec::new(),
-        Limit::Limited { quotas, .. } => quotas
+        Limit::Limited { quotas, settle, .. } => quotas
             .iter()
             .filter_map(|quota| {
                 let window = crate::decision::ceil_secs(quota.window()).max(1);
-                let text = format!("{policy_name};q={};w={window}", quota.burst());
+                let burst = u64::from(quota.burst());
+                let shown = match settle.as_ref().and_then(|s| s.money) {
+                    Some(money) => money.cents(burst),
+                    None => burst,
+                };
+                let text = format!("{policy_name};q={shown};w={window}");
                 HeaderValue::from_str(&text).ok()
             })
             .collect(),

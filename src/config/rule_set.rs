@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::also::AlsoBy;
+use super::money::Prices;
 use super::plans::Plans;
 use super::prefix::PrefixTable;
 use super::rule::{Rule, RuleId};
@@ -57,6 +58,8 @@ pub struct RuleSet {
     extensions: Vec<Arc<dyn Any + Send + Sync>>,
     /// What the rules need of a request's JSON body (none: it is never read).
     body: Option<Arc<BodyNeeds>>,
+    /// `[prices]`: what each model's tokens cost, for money rules.
+    prices: Arc<Prices>,
 }
 
 /// What a rule set needs of a request's JSON body: the values at `pointers` (key parts and
@@ -97,6 +100,7 @@ impl RuleSet {
             generation,
             extensions: Vec::new(),
             body: None,
+            prices: Arc::new(settings.prices),
         }
     }
 
@@ -149,6 +153,11 @@ impl RuleSet {
     /// ```
     pub fn body_needs(&self) -> Option<&Arc<BodyNeeds>> {
         self.body.as_ref()
+    }
+
+    /// `[prices]`: what each model's tokens cost, for money rules (`rate = "$50/month"`).
+    pub fn prices(&self) -> &Prices {
+        &self.prices
     }
 
     /// Keeps what the extensions made of their tables.

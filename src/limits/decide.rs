@@ -58,6 +58,9 @@ pub(crate) struct Charge {
     /// The reservations of the `also` limits the request met that settle from the
     /// response (`cost = { reserve, from }` of their own): each limit's index and charge.
     pub(crate) also: Vec<(usize, Charge)>,
+    /// The request's `model` (from its JSON body), pricing a money rule's response that
+    /// names none.
+    pub(crate) model: Option<Arc<str>>,
 }
 
 /// Tokens taken for a key before the actual cost is known ([`Limits::reserve`]): settle
@@ -474,6 +477,11 @@ impl<St: Store> Limits<St> {
             CheckMode::Consume
         };
         let mut also_reserved = Vec::new();
+        let model: Option<Arc<str>> = request
+            .extensions()
+            .get::<crate::key::RequestJson>()
+            .and_then(|json| json.model())
+            .map(Arc::from);
         // What the rule itself takes: the caller's cost, its estimate, or its own cost.
         let mut own_cost = cost;
         let decision = if rule.stack_indices().is_empty() {
@@ -509,6 +517,7 @@ impl<St: Store> Limits<St> {
                         cost: draw.cost,
                         reserved: true,
                         also: Vec::new(),
+                        model: model.clone(),
                     };
                     (draw.index, charge)
                 })
@@ -524,6 +533,7 @@ impl<St: Store> Limits<St> {
             client: client.clone().into_owned(),
             reserved: reserves,
             also: also_reserved,
+            model,
         });
         Plan::Check {
             index,

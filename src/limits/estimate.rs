@@ -52,6 +52,7 @@ pub(crate) fn estimate(
                 rules,
                 index,
                 rule,
+                Fault::UnreadableRequest,
                 &json.problem().map_or(String::new(), |p| p.to_string()),
             );
             return Some(settle.max);
@@ -61,23 +62,46 @@ pub(crate) fn estimate(
                 rules,
                 index,
                 rule,
+                Fault::UnreadableRequest,
                 "the request's body was not read (put ReadBodyLayer outside the rate-limit layer)",
             );
             return Some(settle.max);
         }
     };
+    let Some(money) = settle.money else {
+        let usage = Usage {
+            input: json.prompt_tokens(),
+            cached: 0,
+            output: json.output_ceiling().unwrap_or(settle.max),
+        };
+        return Some(settle.weights.cost(usage).clamp(1, settle.max));
+    };
+    // Money: the tokens priced by the request's model; without a ceiling, `max`.
+    let Some(ceiling) = json.output_ceiling() else {
+        return Some(settle.max);
+    };
+    let Some(price) = json.model().and_then(|model| rules.prices().find(model)) else {
+        fault(
+            rules,
+            index,
+            rule,
+            Fault::NoPrice,
+            "the request's model has no price in [prices]",
+        );
+        return Some(settle.max);
+    };
     let usage = Usage {
         input: json.prompt_tokens(),
         cached: 0,
-        output: json.output_ceiling().unwrap_or(settle.max),
+        output: ceiling,
     };
-    Some(settle.weights.cost(usage).clamp(1, settle.max))
+    Some(money.units(price.micros(usage)).clamp(1, settle.max))
 }
 
 /// Counts an estimate that fell back to `max`, and logs it once per rule a minute.
-fn fault(rules: &Active, index: usize, rule: &Rule, why: &str) {
+fn fault(rules: &Active, index: usize, rule: &Rule, kind: Fault, why: &str) {
     if let Some(settles) = rules.counters(index).and_then(|c| c.settle.as_ref()) {
-        settles.fault(Fault::UnreadableRequest).increment(1);
+        settles.fault(kind).increment(1);
     }
     static LAST: LazyLock<Mutex<HashMap<String, Instant>>> =
         LazyLock::new(|| Mutex::new(HashMap::new()));

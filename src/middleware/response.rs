@@ -90,14 +90,14 @@ impl RateLimitHeaders {
             headers.policy = rule.policy(decision.quota()).cloned();
             headers.state = state_value(
                 rule.policy_name(),
-                decision.remaining(),
+                rule.shown(decision.remaining()),
                 decision.next_token_secs(),
             );
         }
         if style.legacy() {
             headers.legacy = Some(Box::new([
-                HeaderValue::from(decision.limit()),
-                HeaderValue::from(decision.remaining()),
+                HeaderValue::from(rule.shown(decision.limit())),
+                HeaderValue::from(rule.shown(decision.remaining())),
                 HeaderValue::from(decision.reset_secs()),
             ]));
         }
@@ -137,15 +137,15 @@ impl RateLimitHeaders {
             headers.state = speaker.and_then(|rule| {
                 state_value(
                     rule.policy_name(),
-                    decision.remaining(),
+                    rule.shown(decision.remaining()),
                     decision.next_token_secs(),
                 )
             });
         }
-        if style.legacy() && speaker.is_some() {
+        if let Some(rule) = speaker.filter(|_| style.legacy()) {
             headers.legacy = Some(Box::new([
-                HeaderValue::from(decision.limit()),
-                HeaderValue::from(decision.remaining()),
+                HeaderValue::from(rule.shown(decision.limit())),
+                HeaderValue::from(rule.shown(decision.remaining())),
                 HeaderValue::from(decision.reset_secs()),
             ]));
         }

@@ -30,12 +30,13 @@ pub(crate) const MAX_JSON_BODY: usize = 1 << 20;
 pub(crate) const MAX_EVENT: usize = 64 << 10;
 
 /// What a response said it cost.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Figure {
     /// A count within the bound.
     Found(u64),
-    /// Token usage (`from = "usage"`), to be weighed by the rule.
-    Usage(Usage),
+    /// Token usage (`from = "usage"`), to be weighed (or priced) by the rule, and the
+    /// model the response named.
+    Usage(Usage, Option<Box<str>>),
     /// Nothing said: the reservation stands, and that is no fault.
     Missing,
     /// Something said that cannot be believed: the reservation stands, counted as a fault.
@@ -228,7 +229,7 @@ impl BodyReader {
                 if self.buffer.is_empty() {
                     return Figure::Missing;
                 }
-                let mut usage = self.usage;
+                let mut usage = self.usage.clone();
                 match serde_json::from_slice::<serde_json::Value>(&self.buffer) {
                     Ok(document) => match usage.read(&document) {
                         Ok(()) => figure_of_usage(usage),
@@ -241,16 +242,17 @@ impl BodyReader {
                 Some(fault) => Figure::Bad(fault),
                 None => figure_of_usage(self.usage),
             },
-            _ => self.last,
+            _ => self.last.clone(),
         }
     }
 }
 
 /// The figure of the usage read from a whole body or stream.
 fn figure_of_usage(usage: UsageSoFar) -> Figure {
+    let model = usage.model().map(Box::from);
     match usage.finish() {
         None => Figure::Missing,
-        Some(Ok(usage)) => Figure::Usage(usage),
+        Some(Ok(usage)) => Figure::Usage(usage, model),
         Some(Err(fault)) => Figure::Bad(fault),
     }
 }
@@ -395,13 +397,25 @@ pub(crate) fn settle<St: Store>(
 ) -> Option<St::Future> {
     let rule = rules.rule(index)?;
     let counters = rules.counters(index);
-    // Usage is weighed into one cost, believed up to the rule's `max`.
+    // Usage is weighed (or, for a money rule, priced by its model) into one cost, believed
+    // up to the rule's `max`.
     let (figure, usage) = match (figure, rule.settle()) {
-        (Figure::Usage(usage), Some(spec)) => match spec.weights.cost(usage) {
-            cost if cost <= spec.max => (Figure::Found(cost), Some(usage)),
-            _ => (Figure::Bad(Fault::AboveMax), None),
-        },
-        (Figure::Usage(_), None) => (Figure::Missing, None),
+        (Figure::Usage(usage, model), Some(spec)) => {
+            let cost = match spec.money {
+                None => Some(spec.weights.cost(usage)),
+                Some(money) => model
+                    .as_deref()
+                    .or(charge.model.as_deref())
+                    .and_then(|model| rules.prices().find(model))
+                    .map(|price| money.units(price.micros(usage))),
+            };
+            match cost {
+                Some(cost) if cost <= spec.max => (Figure::Found(cost), Some(usage)),
+                Some(_) => (Figure::Bad(Fault::AboveMax), None),
+                None => (Figure::Bad(Fault::NoPrice), Some(usage)),
+            }
+        }
+        (Figure::Usage(..), None) => (Figure::Missing, None),
         (figure, _) => (figure, None),
     };
     if let (Some(usage), Some(kinds)) = (
@@ -415,14 +429,14 @@ pub(crate) fn settle<St: Store>(
     if let Some(counters) = counters {
         let used = match figure {
             Figure::Found(actual) => actual,
-            Figure::Missing | Figure::Bad(_) | Figure::Usage(_) => charge.cost,
+            Figure::Missing | Figure::Bad(_) | Figure::Usage(..) => charge.cost,
         };
         counters.settled(charge.cost, used);
     }
     let settles = counters.and_then(|counters| counters.settle.as_ref());
     let actual = match figure {
         Figure::Found(actual) => actual,
-        Figure::Missing | Figure::Usage(_) => {
+        Figure::Missing | Figure::Usage(..) => {
             if let Some(settles) = settles {
                 settles.kept.increment(1);
             }
@@ -621,11 +635,14 @@ mod tests {
             "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":15}}\n\n",
             "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
         );
-        let expected = Figure::Usage(Usage {
-            input: 25,
-            cached: 100,
-            output: 15,
-        });
+        let expected = Figure::Usage(
+            Usage {
+                input: 25,
+                cached: 100,
+                output: 15,
+            },
+            None,
+        );
         for cut in 1..anthropic.len() {
             let (a, b) = anthropic.split_at(cut);
             assert_eq!(
@@ -644,11 +661,14 @@ mod tests {
             r#"{"candidates":[],"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":5}}"#;
         assert_eq!(
             read(&CostSource::Usage, "application/json", &[gemini]),
-            Figure::Usage(Usage {
-                input: 10,
-                cached: 0,
-                output: 5
-            })
+            Figure::Usage(
+                Usage {
+                    input: 10,
+                    cached: 0,
+                    output: 5
+                },
+                None
+            )
         );
         assert_eq!(
             read(&CostSource::Usage, "application/json", &["{\"error\":{}}"]),

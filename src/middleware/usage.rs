@@ -29,8 +29,11 @@ use crate::traffic::Fault;
 pub(crate) const MAX_COUNT: u64 = 1 << 40;
 
 /// Counts read so far: each is known or not yet.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct UsageSoFar {
+    /// The model the response names (`model`, `message.model`, `response.model`, Gemini's
+    /// `modelVersion`), the last one read.
+    model: Option<Box<str>>,
     input: Option<u64>,
     cached: Option<u64>,
     output: Option<u64>,
@@ -50,6 +53,18 @@ impl UsageSoFar {
                 self.read(chunk)?;
             }
             return Ok(());
+        }
+        let model = [
+            document.get("model"),
+            document.get("message").and_then(|m| m.get("model")),
+            document.get("response").and_then(|r| r.get("model")),
+            document.get("modelVersion"),
+        ]
+        .into_iter()
+        .flatten()
+        .find_map(Value::as_str);
+        if let Some(model) = model {
+            self.model = Some(model.into());
         }
         let Some(found) = usage_of(document)? else {
             return Ok(());
@@ -80,6 +95,11 @@ impl UsageSoFar {
             }),
             _ => Err(Fault::IncompleteUsage),
         })
+    }
+
+    /// The model the response named, if it did.
+    pub(crate) fn model(&self) -> Option<&str> {
+        self.model.as_deref()
     }
 }
 
@@ -136,6 +156,7 @@ fn usage_of(document: &Value) -> Result<Option<UsageSoFar>, Fault> {
         (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
     };
     Ok(Some(UsageSoFar {
+        model: None,
         input,
         cached: count(usage, "cache_read_input_tokens")?,
         output: count(usage, "output_tokens")?,
@@ -157,6 +178,7 @@ fn uncached(
         (prompt, _) => prompt,
     };
     Ok(UsageSoFar {
+        model: None,
         input,
         // A prompt without a cached figure had none cached.
         cached: cached.or(prompt.map(|_| 0)),

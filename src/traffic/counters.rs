@@ -25,11 +25,13 @@ pub(crate) enum Fault {
     /// A request body an estimate could not be read from (not JSON, too large, broken,
     /// or not read at all): the rule's `max` was reserved.
     UnreadableRequest,
+    /// A money rule's response (or estimate) for a model `[prices]` has no price for.
+    NoPrice,
 }
 
 impl Fault {
     /// Every fault, so a reserving rule's counters exist (at 0) before the first one.
-    pub(crate) const ALL: [Fault; 8] = [
+    pub(crate) const ALL: [Fault; 9] = [
         Fault::Negative,
         Fault::AboveMax,
         Fault::NotANumber,
@@ -38,6 +40,7 @@ impl Fault {
         Fault::BodyOverBound,
         Fault::IncompleteUsage,
         Fault::UnreadableRequest,
+        Fault::NoPrice,
     ];
 
     /// The metric's label and the log's words.
@@ -51,6 +54,7 @@ impl Fault {
             Fault::BodyOverBound => "body larger than the bound read",
             Fault::IncompleteUsage => "incomplete usage",
             Fault::UnreadableRequest => "unreadable request body",
+            Fault::NoPrice => "model without a price",
         }
     }
 }

@@ -250,3 +250,106 @@ async fn a_limit_per_model_from_the_body_beside_the_client_s() {
     // The client's own budget counted all four admitted.
     assert_eq!(remaining(&app.limits, "llm/192.0.2.1"), 96);
 }
+
+#[tokio::test]
+async fn a_money_budget_prices_each_response_by_its_model_and_shows_cents() {
+    // $1 a month; gpt-4o at $2.50 a million input and $10 a million output tokens.
+    let app = app(concat!(
+        "[prices.\"gpt-4o*\"]\ninput = \"2.50/1M\"\noutput = \"10.00/1M\"\ncached = \"1.25/1M\"\n",
+        "[limits]\nllm = { rate = \"$1/month\", cost = { reserve = \"estimate\", from = \"usage\", max = 50 } }\n",
+    ));
+    // The chat answer: 100 input, 800 cached, 50 output, named by the request's model:
+    // 250 + 1000 + 500 = 1750 micro-dollars.
+    let body =
+        r#"{"model":"gpt-4o","max_tokens":50,"messages":[{"role":"user","content":"abcd"}]}"#;
+    let mut request = Request::post("/llm/chat").body(Body::from(body)).unwrap();
+    request
+        .extensions_mut()
+        .insert(PeerAddr("192.0.2.1:1".parse().unwrap()));
+    let response = app.router.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // Admitted on the estimate: 1 input + 50 output tokens at gpt-4o's prices, 503
+    // micro-dollars; $1 less that is 99 whole cents.
+    assert_eq!(
+        response.headers()["ratelimit-policy"],
+        "\"llm\";q=100;w=2592000"
+    );
+    assert_eq!(
+        response.headers()["ratelimit"]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .nth(1),
+        Some("r=99")
+    );
+    response.into_body().collect().await.unwrap();
+    assert_eq!(remaining(&app.limits, "llm/192.0.2.1"), 1_000_000 - 1750);
+    // A model without a price keeps the reservation (the estimate falls back to max, 50
+    // cents, as the model has no price either).
+    let (status, _) = send(&app, "chat", r#"{"model":"mystery","messages":[]}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        remaining(&app.limits, "llm/192.0.2.1"),
+        1_000_000 - 1750 - 500_000
+    );
+}
+
+#[test]
+fn money_rules_are_checked_when_written() {
+    let refused = [
+        ("rate = \"$50/month\"", "give it cost"),
+        (
+            "rate = \"$50/month\", cost = { reserve = 1, from = \"header:x-cost\" }",
+            "give it cost",
+        ),
+        (
+            "rate = [\"$5/day\", \"1000/day\"], cost = { reserve = 1, from = \"usage\" }",
+            "mixes money and token rates",
+        ),
+        (
+            "rate = \"$5/day\", burst = 10, cost = { reserve = 1, from = \"usage\" }",
+            "leave burst out",
+        ),
+        (
+            "rate = \"$-5/day\", cost = { reserve = 1, from = \"usage\" }",
+            "not an amount of money",
+        ),
+        (
+            "rate = \"$5/day\", cost = { reserve = 1, from = \"usage\", weights = { output = 2 } }",
+            "takes no weights",
+        ),
+        (
+            "rate = \"100/min\", cost = { reserve = 1, from = \"usage\", weights = { output = -2 } }",
+            "weights must be numbers",
+        ),
+        (
+            "rate = \"100/min\", cost = { reserve = 1, from = \"header:x-n\", weights = { output = 2 } }",
+            "weights need from",
+        ),
+        (
+            "rate = \"100/min\", cost = { reserve = \"estimate\", from = \"usage\" }",
+            "give it a max",
+        ),
+        (
+            "rate = \"100/min\", cost = { reserve = \"guess\", from = \"usage\" }",
+            "a number of tokens or \"estimate\"",
+        ),
+    ];
+    for (rule, expected) in refused {
+        let error = Limits::from_toml(&format!("[limits]\nllm = {{ {rule} }}\n"))
+            .err()
+            .unwrap_or_else(|| panic!("{rule} was accepted"))
+            .to_string();
+        assert!(error.contains(expected), "{rule}: {error}");
+        assert!(error.contains(":2:"), "{rule}: names the line: {error}");
+    }
+    let error =
+        Limits::from_toml("[prices.\"gpt-4o\"]\ninput = \"cheap\"\n[limits]\n\"/\" = \"1/s\"\n")
+            .err()
+            .unwrap()
+            .to_string();
+    assert!(
+        error.contains(":2:") && error.contains("2.50/1M"),
+        "{error}"
+    );
+}

@@ -10,6 +10,7 @@ use toml::Spanned;
 
 use super::super::cost::{CostSource, Weights};
 use super::super::error::Diagnostic;
+use super::super::money::{self, Money};
 use super::super::raw::{OneOrMany, RawReserve, RawRule};
 use super::super::rule::{Limit, StatusSet};
 use super::super::source::SourceText;
@@ -103,9 +104,19 @@ pub(super) fn compile_limit(
             return None;
         }
     };
+    let money_rates = money_rates(&at, raw, &rate_field, diagnostics);
+    let rate_field = match &money_rates {
+        Some((_, rewritten)) => Spanned::new(rate_field.span(), rewritten),
+        None => rate_field,
+    };
+    let money = money_rates.as_ref().map(|(money, _)| *money);
     let rates = rates(&at, raw, &rate_field, diagnostics);
     let bursts = bursts(&at, raw, &rates, rate_field.get_ref().len(), diagnostics);
-    let cost = cost(source, raw, diagnostics);
+    let cost = match money {
+        // A money rule's reservation is written in cents.
+        Some(money) => money.units_of_cents(cost(source, raw, diagnostics)),
+        None => cost(source, raw, diagnostics),
+    };
     let mut quotas = if diagnostics.len() == before {
         quotas(&at, raw, &rates, &bursts, cost, diagnostics)
     } else {
@@ -133,10 +144,32 @@ pub(super) fn compile_limit(
     {
         resolution(&at, field, algorithm, &mut quotas, diagnostics);
     }
-    let settle = raw
+    let mut settle = raw
         .settle
         .as_ref()
         .and_then(|field| settle(&at, field, count_status.is_some(), diagnostics));
+    if let Some(money) = money {
+        match settle.as_mut() {
+            Some(spec) if spec.from == CostSource::Usage && spec.weights.is_unit() => {
+                spec.max = money.units_of_cents(spec.max);
+                spec.money = Some(money);
+            }
+            Some(spec) if spec.from == CostSource::Usage => diagnostics.push(at.source.at(
+                at.rule.clone(),
+                format!(
+                    "rule \"{}\" counts money: [prices] weighs its tokens, so it takes no weights",
+                    at.name
+                ),
+            )),
+            _ => diagnostics.push(at.source.at(
+                at.rule.clone(),
+                format!(
+                    "rule \"{}\" counts money, priced from each response's token usage: give it cost = {{ reserve = CENTS or \"estimate\", from = \"usage\" }}",
+                    at.name
+                ),
+            )),
+        }
+    }
     let per = raw.per.unwrap_or_default();
     let shaping = if diagnostics.len() == before {
         let context = shaping::Context {
@@ -161,6 +194,66 @@ pub(super) fn compile_limit(
         count_status,
         settle,
     })
+}
+
+/// Money rates (`rate = "$50/month"`): the rule's [`Money`] and its rates rewritten as
+/// counts of the bucket's unit; `None` for a rule counting tokens.
+fn money_rates(
+    at: &At<'_>,
+    raw: &RawRule,
+    rates: &Spanned<&Written<String>>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<(Money, Written<String>)> {
+    let read: Vec<_> = rates
+        .get_ref()
+        .iter()
+        .map(|(text, _)| money::money_rate(text))
+        .collect();
+    if read.iter().all(Option::is_none) {
+        return None;
+    }
+    let mut parsed = Vec::new();
+    for ((text, span), money) in rates.get_ref().iter().zip(read) {
+        let span = at.field(span.as_ref(), rates.span());
+        match money {
+            Some(Ok(money)) => parsed.push(money),
+            Some(Err(message)) => diagnostics.push(at.source.at(span, message)),
+            None => diagnostics.push(at.source.at(
+                span,
+                format!(
+                    "rule \"{}\" mixes money and token rates (\"{}\"): a bucket counts one or the other",
+                    at.name,
+                    text.escape_debug()
+                ),
+            )),
+        }
+    }
+    if let Some(burst) = &raw.burst {
+        diagnostics.push(at.source.at(
+            burst.span(),
+            format!(
+                "rule \"{}\" counts money: its burst is its amount (leave burst out)",
+                at.name
+            ),
+        ));
+    }
+    if parsed.len() != rates.get_ref().len() {
+        return None;
+    }
+    match money::bucket_rates(&parsed) {
+        Ok((money, texts)) => Some((
+            money,
+            texts
+                .into_iter()
+                .zip(rates.get_ref().iter())
+                .map(|(text, (_, span))| (text, span.clone()))
+                .collect(),
+        )),
+        Err(message) => {
+            diagnostics.push(at.source.at(rates.span(), message));
+            None
+        }
+    }
 }
 
 /// `calendar = "ZONE"`: each rate of a day, a week or a month counts per calendar period in
@@ -511,6 +604,7 @@ fn settle(
         max,
         weights,
         estimate,
+        money: None,
     })
 }
 

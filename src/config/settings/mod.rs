@@ -32,6 +32,7 @@ pub(super) struct Settings {
     pub(super) store: StoreSettings,
     pub(super) reload: ReloadSettings,
     pub(super) plans: super::plans::Plans,
+    pub(super) prices: super::money::Prices,
 }
 
 impl Settings {
@@ -128,6 +129,34 @@ impl Settings {
         }
 
         self.plans.apply(source, &raw.plans, diagnostics);
+        for (model, price) in &raw.prices {
+            let mut parsed = super::money::Price::default();
+            let mut valid = true;
+            let kinds = [
+                (&price.get_ref().input, &mut parsed.input),
+                (&price.get_ref().output, &mut parsed.output),
+                (&price.get_ref().cached, &mut parsed.cached),
+            ];
+            for (written, slot) in kinds {
+                if let Some(written) = written {
+                    match super::money::Price::parse_one(written.get_ref()) {
+                        Ok(micros) => *slot = micros,
+                        Err(message) => {
+                            valid = false;
+                            diagnostics.push(source.at(written.span(), message));
+                        }
+                    }
+                }
+            }
+            if model.get_ref().is_empty() {
+                diagnostics.push(source.at(
+                    model.span(),
+                    "a price needs a model name, a prefix ending in '*', or \"*\" for any model",
+                ));
+            } else if valid {
+                self.prices.insert(model.get_ref(), parsed);
+            }
+        }
         self.response.apply(source, &raw.response, diagnostics);
         self.store.apply(source, &raw.store, diagnostics);
         if let Some(reload) = &raw.reload {
