@@ -129,6 +129,16 @@ impl Usage {
     }
 }
 
+impl super::money::Price {
+    /// What `usage` costs, in micro-units of the currency, rounded up.
+    pub fn micros(&self, usage: Usage) -> u128 {
+        let sum = u128::from(usage.input) * u128::from(self.input)
+            + u128::from(usage.cached) * u128::from(self.cached)
+            + u128::from(usage.output) * u128::from(self.output);
+        sum.div_ceil(u128::from(super::money::MICROS))
+    }
+}
+
 /// How much each kind of token weighs in a cost: `weights = { input = 1, output = 4,
 /// cached = 0.1 }`. A kind without a weight weighs 1; weights are kept exactly to a
 /// millionth, and a weighted sum is rounded up.

@@ -24,11 +24,9 @@
 
 use std::fmt;
 
-use super::cost::Usage;
-
 /// A micro-unit is a millionth of the currency; a cent is 10,000 of them.
 const MICROS_PER_CENT: u64 = 10_000;
-const MICROS: u64 = 1_000_000;
+pub(super) const MICROS: u64 = 1_000_000;
 
 /// The currencies a budget may be written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -182,14 +180,6 @@ pub struct Price {
 }
 
 impl Price {
-    /// What `usage` costs, in micro-units, rounded up.
-    pub fn micros(&self, usage: Usage) -> u128 {
-        let sum = u128::from(usage.input) * u128::from(self.input)
-            + u128::from(usage.cached) * u128::from(self.cached)
-            + u128::from(usage.output) * u128::from(self.output);
-        sum.div_ceil(u128::from(MICROS))
-    }
-
     /// A price as written, `"2.50/1M"` (per million tokens) or `"0.0025/1K"` (per
     /// thousand), in micro-units per million tokens.
     pub(crate) fn parse_one(text: &str) -> Result<u64, String> {

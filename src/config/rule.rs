@@ -77,6 +77,10 @@ pub struct Rule {
 /// What a rule does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a rule set holds few rules, compiled once; boxing would cost every decision a pointer chase"
+)]
 pub enum Limit {
     /// `unlimited = true`: no bucket, no headers.
     Unlimited,

@@ -237,15 +237,15 @@ impl Found<'_> {
 
     /// Keeps a scalar found at `path`.
     fn scalar(&mut self, path: &str, value: Scalar<'_>) {
-        if path == MODEL {
-            if let Scalar::Str(text) = value {
-                self.model = Some(text.to_owned());
-            }
+        if path == MODEL
+            && let Scalar::Str(text) = value
+        {
+            self.model = Some(text.to_owned());
         }
-        if CEILINGS.contains(&path) {
-            if let Scalar::Unsigned(n) = value {
-                self.ceiling = Some(self.ceiling.map_or(n, |c| c.max(n)));
-            }
+        if CEILINGS.contains(&path)
+            && let Scalar::Unsigned(n) = value
+        {
+            self.ceiling = Some(self.ceiling.map_or(n, |c| c.max(n)));
         }
         for (pointer, slot) in &mut self.values {
             if pointer == path {
