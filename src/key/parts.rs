@@ -21,7 +21,8 @@
 //!   port or a trailing dot; internationalised names are taken as sent (`xn--…` when the
 //!   client sends punycode).
 //! - `header:NAME`: the first value of the header; `query:NAME`: the first value of the
-//!   query parameter, form-decoded (`+` is a space); `cookie:NAME`: the cookie's value.
+//!   query parameter, form-decoded (`+` is a space); `cookie:NAME`: the cookie's value;
+//!   `json:/pointer`: a value of the JSON body ([`ReadBodyLayer`](crate::ReadBodyLayer)).
 //! - A part that is absent or empty is `-`; a value that is literally `-` is written
 //!   `%2D`, so the two never meet. Values are cut to [`MAX_PART`] bytes, and everything
 //!   outside visible ASCII, and ` `, `/` and `%`, is percent-encoded (as in
@@ -78,8 +79,7 @@ pub enum KeyPart {
     Query(String),
     /// `"cookie:NAME"`: the value of a cookie.
     Cookie(String),
-    /// `"json:/pointer"`: a value of the request's JSON body (a string, number or
-    /// boolean), read by [`ReadBody`](crate::ReadBody) into [`RequestJson`].
+    /// `"json:/pointer"`: a string, number or boolean of the request's JSON body.
     Json(String),
 }
 
@@ -163,14 +163,13 @@ impl FromStr for KeyPart {
         if let Some(name) = named("cookie") {
             return name.map(KeyPart::Cookie);
         }
-        if let Some(pointer) = text.strip_prefix("json:") {
-            let pointer = pointer.trim();
-            if pointer.starts_with('/') && !pointer.contains(char::is_whitespace) {
-                return Ok(KeyPart::Json(pointer.to_owned()));
+        match text.strip_prefix("json:").map(str::trim) {
+            Some(p) if p.starts_with('/') && !p.contains(char::is_whitespace) => {
+                Ok(KeyPart::Json(p.to_owned()))
             }
-            return Err(KeyPartsError::NotAPointer(text.to_owned()));
+            Some(_) => Err(KeyPartsError::NotAPointer(text.to_owned())),
+            None => Err(KeyPartsError::Unknown(text.to_owned())),
         }
-        Err(KeyPartsError::Unknown(text.to_owned()))
     }
 }
 
@@ -385,14 +384,11 @@ pub(crate) fn part_value<'r, B>(part: &KeyPart, request: &'r Request<B>) -> Cow<
             Some(value) => segment(value),
             None => Cow::Borrowed(ABSENT),
         },
-        KeyPart::Json(pointer) => match request
-            .extensions()
-            .get::<RequestJson>()
-            .and_then(|json| json.value(pointer))
-        {
-            Some(value) => segment(value.as_bytes()),
-            None => Cow::Borrowed(ABSENT),
-        },
+        KeyPart::Json(pointer) => {
+            let json = request.extensions().get::<RequestJson>();
+            json.and_then(|json| json.value(pointer))
+                .map_or(Cow::Borrowed(ABSENT), |value| segment(value.as_bytes()))
+        }
     }
 }
 

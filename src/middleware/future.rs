@@ -22,9 +22,10 @@ use pin_project_lite::pin_project;
 use tower::Service;
 
 use super::body::{BodyStyle, Wrapped};
+use super::figure::{self, BodyReader};
 use super::outcome::Outcome;
 use super::response::{RateLimitHeaders, busy};
-use super::settle::{self, BodyReader, BodySettlement};
+use super::settle::{self, BodySettlement};
 use crate::clock::Timestamp;
 use crate::concurrency::Permit;
 use crate::config::CostSource;
@@ -182,7 +183,7 @@ impl<St: Store> PendingCharge<St> {
         };
         let (source, max) = (spec.from.clone(), spec.max);
         if let CostSource::Header(name) = &source {
-            let figure = settle::figure_of_header(response.headers().get(name), max);
+            let figure = figure::figure_of_header(response.headers().get(name), max);
             return match settle::settle(&self.limits, &self.rules, self.index, &self.charge, figure)
             {
                 Some(settling) => Settle::Now(self, settling),

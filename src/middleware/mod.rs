@@ -34,6 +34,7 @@
 //! ```
 
 pub mod body;
+mod figure;
 mod future;
 mod layer;
 mod outcome;

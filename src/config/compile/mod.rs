@@ -16,6 +16,7 @@ use toml::Spanned;
 mod also;
 mod candidates;
 mod concurrency;
+mod cost;
 mod limit;
 mod plans;
 mod shaping;
