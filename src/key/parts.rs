@@ -174,11 +174,10 @@ impl FromStr for KeyPart {
 }
 
 fn kind_of(text: &str) -> &'static str {
-    match text {
-        "header" => "header",
-        "query" => "query",
-        _ => "cookie",
-    }
+    ["header", "query"]
+        .into_iter()
+        .find(|k| *k == text)
+        .unwrap_or("cookie")
 }
 
 /// `[key] parts`: the parts written before the route and between it and the client.
