@@ -12,6 +12,7 @@
 //! | `GET /buckets?prefix=&max_fraction=&sort=&limit=` | buckets, filtered and sorted server-side |
 //! | `DELETE /buckets/{key}` | forgive one client: drop its bucket |
 //! | `GET /explain?path=&client=&method=&host=&header.NAME=` | which rule and bucket a request would use, and why |
+//! | `POST /explain?…` (a JSON body) | the same for a request with that body: its `json:` parts and estimates |
 //! | `GET /traffic?rules=&top=` | per-rule traffic over the last 15 minutes in 5 s slots (admitted, refused, shadow-refused, delayed), rules with the most refusals first (at most `rules`, default 50), each with its `top` most refused clients (default 10) |
 //! | `GET /candidates?top=` | what each rule's candidate limits would have done over the last 15 minutes, hour and day: requests, would-refuse, distinct clients refused, the `top` most refused (default 10) |
 //! | `GET /suggest?rule=&refuse=` | per rule measuring its clients' peaks (all, or `rule`): p50, p90, p99, p99.9 and max of the peaks at the rule's window, and the rate that would have refused at most `refuse` % of clients (default 1), with the clients it would refuse |
@@ -40,7 +41,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use tollgate::config::{Per, RuleId, RuleSet, Validator};
-use tollgate::key::{Client, normalize_route};
+use tollgate::key::{BodyProblem, Client, MAX_REQUEST_JSON, RequestJson, normalize_route};
 use tollgate::reload::SourceStatus;
 use tollgate::store::{
     BackendStore, BucketQuery, BucketRef, BucketSort, CALLER_DEFINED_PREFIX, Store, StoreError,
@@ -126,7 +127,7 @@ pub fn router(
         .route("/config", get(config))
         .route("/buckets", get(buckets))
         .route("/buckets/{*key}", axum::routing::delete(forgive))
-        .route("/explain", get(explain))
+        .route("/explain", get(explain).post(explain_body))
         .route("/metrics", get(render_metrics))
         .route("/traffic", get(traffic))
         .route("/candidates", get(candidates))
@@ -800,11 +801,45 @@ async fn explain(
     State(state): State<AdminState<BackendStore>>,
     RawQuery(query): RawQuery,
 ) -> Response {
+    explain_request(state, query, None).await
+}
+
+/// `POST /explain`: the same, for a request with this JSON body — its `json:` key parts,
+/// and what each rule reserving an estimate would reserve.
+async fn explain_body(
+    State(state): State<AdminState<BackendStore>>,
+    RawQuery(query): RawQuery,
+    body: axum::body::Bytes,
+) -> Response {
+    explain_request(state, query, Some(body)).await
+}
+
+async fn explain_request(
+    state: AdminState<BackendStore>,
+    query: Option<String>,
+    body: Option<axum::body::Bytes>,
+) -> Response {
     let params = ExplainParams::parse(query.as_deref().unwrap_or_default());
-    let request = match params.request() {
+    let mut request = match params.request() {
         Ok(request) => request,
         Err(message) => return bad_request(&message),
     };
+    let pointers: Vec<String> = state
+        .limits
+        .rules()
+        .body_needs()
+        .map(|needs| needs.pointers.clone())
+        .unwrap_or_default();
+    let json = body.map(|body| {
+        if body.len() > MAX_REQUEST_JSON {
+            RequestJson::unreadable(BodyProblem::TooLarge, &pointers)
+        } else {
+            RequestJson::read(&body, &pointers)
+        }
+    });
+    if let Some(json) = &json {
+        request.extensions_mut().insert(json.clone());
+    }
     let Some(client) = params.client.filter(|c| !c.is_empty()) else {
         return bad_request("client is required (an address or an API key)");
     };
@@ -854,9 +889,43 @@ async fn explain(
         "also": why.also.iter().map(|a| json!({
             "limit": a.limit, "per": a.per, "rates": a.rates, "bucket": a.bucket, "shown": a.shown,
         })).collect::<Vec<_>>(),
+        "estimates": estimates(&rules, &why, json.as_ref()),
         "state": state_now,
     }))
     .into_response()
+}
+
+/// What each limit of an explained request that reserves an estimate would reserve for
+/// `json` (the request's body), or why it would reserve its `max`.
+fn estimates(
+    rules: &tollgate::config::RuleSet,
+    why: &tollgate::config::Explanation,
+    json: Option<&RequestJson>,
+) -> Vec<serde_json::Value> {
+    let own = why
+        .rule
+        .as_deref()
+        .and_then(|name| rules.rules().iter().find(|rule| rule.name() == name));
+    let also = why
+        .also
+        .iter()
+        .filter_map(|a| rules.also_limits().find(|rule| rule.name() == a.limit));
+    own.into_iter()
+        .chain(also)
+        .filter_map(|rule| {
+            let settle = rule.settle()?;
+            let estimate = settle.estimate_for(json, rules.prices())?;
+            Some(json!({
+                "limit": rule.name(),
+                "reserve": rule.shown(*estimate.as_ref().unwrap_or(&settle.max)),
+                "unit": if settle.money.is_some() { "cents" } else { "tokens" },
+                "prompt_tokens": json.map(RequestJson::prompt_tokens),
+                "output_ceiling": json.and_then(RequestJson::output_ceiling),
+                "model": json.and_then(RequestJson::model),
+                "fallback": estimate.err().map(|why| why.to_string()),
+            }))
+        })
+        .collect()
 }
 
 async fn render_metrics(State(state): State<AdminState<BackendStore>>) -> Response {

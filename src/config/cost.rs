@@ -38,6 +38,91 @@ pub struct Settle {
     pub money: Option<super::money::Money>,
 }
 
+impl Settle {
+    /// What a request reserves under this rule when it estimates (`reserve =
+    /// "estimate"`): its prompt's tokens and output ceiling from `json`, weighed (or, for
+    /// a money rule, priced by the request's model in `prices`), at least 1 and at most
+    /// `max`. `Err` says why `max` is reserved instead; `None` for a rule that does not
+    /// estimate.
+    ///
+    /// ```
+    /// use tollgate::config::RuleSet;
+    /// use tollgate::key::RequestJson;
+    ///
+    /// let rules = RuleSet::from_toml(
+    ///     "[limits]\nllm = { rate = \"60000/min\", cost = { reserve = \"estimate\", from = \"usage\", max = 8000, weights = { output = 4 } } }\n",
+    /// )?;
+    /// let settle = rules.get("llm").unwrap().settle().unwrap();
+    /// let body = RequestJson::read(br#"{"max_tokens":100,"messages":[{"role":"user","content":"abcdefgh"}]}"#, &[]);
+    /// assert_eq!(settle.estimate_for(Some(&body), rules.prices()), Some(Ok(2 + 4 * 100)));
+    /// assert!(settle.estimate_for(None, rules.prices()).unwrap().is_err(), "no body: max");
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn estimate_for(
+        &self,
+        json: Option<&crate::key::RequestJson>,
+        prices: &super::money::Prices,
+    ) -> Option<Result<u64, EstimateFallback>> {
+        if !self.estimate {
+            return None;
+        }
+        let json = match json {
+            None => return Some(Err(EstimateFallback::NotRead)),
+            Some(json) if json.problem().is_some() => {
+                return Some(Err(EstimateFallback::Unreadable));
+            }
+            Some(json) => json,
+        };
+        let Some(money) = self.money else {
+            let usage = Usage {
+                input: json.prompt_tokens(),
+                cached: 0,
+                output: json.output_ceiling().unwrap_or(self.max),
+            };
+            return Some(Ok(self.weights.cost(usage).clamp(1, self.max)));
+        };
+        // Money: the tokens priced by the request's model; without a ceiling, `max`.
+        let Some(ceiling) = json.output_ceiling() else {
+            return Some(Ok(self.max));
+        };
+        let Some(price) = json.model().and_then(|model| prices.find(model)) else {
+            return Some(Err(EstimateFallback::NoPrice));
+        };
+        let usage = Usage {
+            input: json.prompt_tokens(),
+            cached: 0,
+            output: ceiling,
+        };
+        Some(Ok(money.units(price.micros(usage)).clamp(1, self.max)))
+    }
+}
+
+/// Why an estimate fell back to the rule's `max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EstimateFallback {
+    /// The request's body was not read (no [`ReadBodyLayer`](crate::ReadBodyLayer)).
+    NotRead,
+    /// The body is not JSON, is larger than 1 MiB, or failed while read.
+    Unreadable,
+    /// A money rule, and the request's model has no price in `[prices]`.
+    NoPrice,
+}
+
+impl fmt::Display for EstimateFallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EstimateFallback::NotRead => {
+                "the request's body was not read (put ReadBodyLayer outside the rate-limit layer)"
+            }
+            EstimateFallback::Unreadable => {
+                "the request's body is not JSON, is larger than 1 MiB, or failed while read"
+            }
+            EstimateFallback::NoPrice => "the request's model has no price in [prices]",
+        })
+    }
+}
+
 /// Where a response says what it cost.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -39,7 +39,7 @@ pub(crate) mod source;
 
 pub use also::{AlsoBy, AlsoLimit};
 pub use changes::RuleChange;
-pub use cost::{CostSource, Settle, Usage, Weights};
+pub use cost::{CostSource, EstimateFallback, Settle, Usage, Weights};
 pub use error::{ConfigError, Diagnostic};
 pub use explain::{AlsoStep, Explanation, PartValue, Step};
 pub use extension::{Document, Extension};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::Active;
-use crate::config::{Rule, Usage};
+use crate::config::{EstimateFallback, Rule};
 use crate::key::RequestJson;
 use crate::traffic::Fault;
 
@@ -43,63 +43,28 @@ pub(crate) fn estimate(
     rule: &Rule,
     body: BodySeen<'_>,
 ) -> Option<u64> {
-    let settle = rule.settle().filter(|settle| settle.estimate)?;
+    let settle = rule.settle()?;
     let json = match body {
-        BodySeen::NoRequest => return Some(settle.max),
-        BodySeen::Read(json) if json.problem().is_none() => json,
-        BodySeen::Read(json) => {
-            fault(
-                rules,
-                index,
-                rule,
-                Fault::UnreadableRequest,
-                &json.problem().map_or(String::new(), |p| p.to_string()),
-            );
-            return Some(settle.max);
+        // No request (a key decided over RESP or gRPC): `max`, quietly.
+        BodySeen::NoRequest => return settle.estimate.then_some(settle.max),
+        BodySeen::NotRead => None,
+        BodySeen::Read(json) => Some(json),
+    };
+    match settle.estimate_for(json, rules.prices())? {
+        Ok(tokens) => Some(tokens),
+        Err(why) => {
+            let kind = match why {
+                EstimateFallback::NoPrice => Fault::NoPrice,
+                _ => Fault::UnreadableRequest,
+            };
+            fault(rules, index, rule, kind, why);
+            Some(settle.max)
         }
-        BodySeen::NotRead => {
-            fault(
-                rules,
-                index,
-                rule,
-                Fault::UnreadableRequest,
-                "the request's body was not read (put ReadBodyLayer outside the rate-limit layer)",
-            );
-            return Some(settle.max);
-        }
-    };
-    let Some(money) = settle.money else {
-        let usage = Usage {
-            input: json.prompt_tokens(),
-            cached: 0,
-            output: json.output_ceiling().unwrap_or(settle.max),
-        };
-        return Some(settle.weights.cost(usage).clamp(1, settle.max));
-    };
-    // Money: the tokens priced by the request's model; without a ceiling, `max`.
-    let Some(ceiling) = json.output_ceiling() else {
-        return Some(settle.max);
-    };
-    let Some(price) = json.model().and_then(|model| rules.prices().find(model)) else {
-        fault(
-            rules,
-            index,
-            rule,
-            Fault::NoPrice,
-            "the request's model has no price in [prices]",
-        );
-        return Some(settle.max);
-    };
-    let usage = Usage {
-        input: json.prompt_tokens(),
-        cached: 0,
-        output: ceiling,
-    };
-    Some(money.units(price.micros(usage)).clamp(1, settle.max))
+    }
 }
 
 /// Counts an estimate that fell back to `max`, and logs it once per rule a minute.
-fn fault(rules: &Active, index: usize, rule: &Rule, kind: Fault, why: &str) {
+fn fault(rules: &Active, index: usize, rule: &Rule, kind: Fault, why: EstimateFallback) {
     if let Some(settles) = rules.counters(index).and_then(|c| c.settle.as_ref()) {
         settles.fault(kind).increment(1);
     }
@@ -119,7 +84,7 @@ fn fault(rules: &Active, index: usize, rule: &Rule, kind: Fault, why: &str) {
     last.insert(rule.name().to_owned(), now);
     tracing::warn!(
         rule = rule.name(),
-        reason = why,
+        reason = %why,
         "a request's estimate could not be read; its rule's max is reserved (logged once a minute per rule)"
     );
 }

@@ -1,4 +1,4 @@
-//! Tokens per minute through the gateway and its demo model: a reservation at admission,
+//! Token budgets through the gateway and its demo model: a reservation at admission,
 //! settled from the JSON usage or the last server-sent event, debt waited off.
 
 use bytes::Bytes;
@@ -7,7 +7,7 @@ use http::{Method, StatusCode};
 use crate::support::{Reply, get, send, start_gateway};
 
 const RULES: &str = "[client]\nsources = [\"header:x-api-key\", \"ip\"]\n\
-    [limits.\"v1/chat\"]\nrate = \"2000/min\"\n\
+    [limits.\"v1/chat\"]\nrate = \"2000/hour\"\n\
     cost = { reserve = 500, from = \"json:/usage/total_tokens\" }\n";
 
 fn json(reply: &Reply) -> serde_json::Value {
@@ -72,7 +72,7 @@ async fn a_key_runs_out_of_tokens_and_into_debt() {
     let wait: u64 = refused.header("retry-after").unwrap().parse().unwrap();
     assert!(
         wait > 30,
-        "over a thousand tokens to wait off at 2000 a minute, then 500 to reserve: {wait}"
+        "over a thousand tokens to wait off at 2000 an hour, then 500 to reserve: {wait}"
     );
     // Another key has its own budget.
     assert_eq!(
@@ -245,4 +245,30 @@ async fn token_budgets_per_key_and_per_model_from_every_api_streamed_and_not() {
     )
     .await;
     assert_eq!(other.status, StatusCode::OK);
+
+    // The admin listener explains a request with its body: the model read as a key part,
+    // and what each estimating limit would reserve.
+    let explained = send(
+        admin,
+        Method::POST,
+        "/explain?path=/v1/chat/completions&client=key-1&method=POST",
+        &[("content-type", "application/json")],
+        Bytes::from(calls[0].1.replace("STREAM", "")),
+    )
+    .await;
+    let why = json(&explained);
+    assert_eq!(why["key"], "v1/chat/completions/gpt-4o/key-1", "{why}");
+    assert_eq!(why["rule"], "v1/chat/completions/gpt-4o");
+    let estimates = why["estimates"].as_array().unwrap();
+    let reserve = |limit: &str| {
+        estimates
+            .iter()
+            .find(|e| e["limit"] == limit)
+            .unwrap_or_else(|| panic!("{limit} in {why}"))["reserve"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(reserve("v1/chat/completions/gpt-4o"), 2 + 10);
+    assert_eq!(reserve("/#tokens"), 2 + 4 * 10);
+    assert_eq!(estimates[0]["model"], "gpt-4o");
 }
