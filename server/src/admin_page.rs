@@ -201,14 +201,41 @@ fn totals(total: &Value) -> String {
     out
 }
 
-/// A reserving rule's tokens: reserved at admission against what the responses used.
+/// A reserving rule's tokens: reserved at admission against what the responses used
+/// (money in its currency), and the usage read by kind.
 fn tokens_line(tokens: &Value) -> String {
-    format!(
-        "tokens since start: {} reserved · {} used, by {} settled responses",
-        text(&tokens["reserved"]),
-        text(&tokens["used"]),
-        text(&tokens["settlements"])
-    )
+    let mut line = match tokens["currency"].as_str() {
+        Some(currency) => {
+            let unit = tokens["unit_micros"].as_u64().unwrap_or(1) as f64;
+            let money = |units: &Value| {
+                let amount = units.as_u64().unwrap_or(0) as f64 * unit / 1_000_000.0;
+                format!("{currency}{amount:.2}")
+            };
+            format!(
+                "spent since start: {} reserved · {} used, by {} settled responses",
+                money(&tokens["reserved"]),
+                money(&tokens["used"]),
+                text(&tokens["settlements"])
+            )
+        }
+        None => format!(
+            "tokens since start: {} reserved · {} used, by {} settled responses",
+            text(&tokens["reserved"]),
+            text(&tokens["used"]),
+            text(&tokens["settlements"])
+        ),
+    };
+    let kinds = ["input", "cached", "output"];
+    if kinds.iter().any(|kind| number(&tokens[*kind]) > 0.0) {
+        let _ = write!(
+            line,
+            " · usage: {} input, {} cached, {} output tokens",
+            text(&tokens["input"]),
+            text(&tokens["cached"]),
+            text(&tokens["output"])
+        );
+    }
+    line
 }
 
 fn figure(name: &str, total: &Value, series: &[Value], rule: Option<&Value>) -> String {

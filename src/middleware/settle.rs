@@ -130,13 +130,13 @@ pub(crate) fn settle<St: Store>(
         (Figure::Usage(..), None) => (Figure::Missing, None),
         (figure, _) => (figure, None),
     };
-    if let (Some(usage), Some(kinds)) = (
-        usage,
-        counters.and_then(|c| c.settle.as_ref()?.usage.as_ref()),
-    ) {
-        kinds[0].increment(usage.input);
-        kinds[1].increment(usage.cached);
-        kinds[2].increment(usage.output);
+    if let Some(counters) = counters {
+        if let Some(usage) = usage {
+            counters.usage([usage.input, usage.cached, usage.output]);
+        }
+        if let Some(money) = rule.settle().and_then(|spec| spec.money) {
+            counters.counts_money(money.currency.symbol(), money.unit_micros);
+        }
     }
     if let Some(counters) = counters {
         let used = match figure {

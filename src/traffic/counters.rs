@@ -135,6 +135,26 @@ impl RuleCounters {
         }
     }
 
+    /// A response's usage, by kind (input, cached, output): counted in the metrics and
+    /// the rule's traffic.
+    pub(crate) fn usage(&self, usage: [u64; 3]) {
+        if let Some(kinds) = self.settle.as_ref().and_then(|s| s.usage.as_ref()) {
+            for (counter, n) in kinds.iter().zip(usage) {
+                counter.increment(n);
+            }
+        }
+        if let Some(traffic) = &self.traffic {
+            traffic.usage(usage[0], usage[1], usage[2]);
+        }
+    }
+
+    /// The rule counts money: `unit_micros` millionths of `currency` a token.
+    pub(crate) fn counts_money(&self, currency: char, unit_micros: u64) {
+        if let Some(traffic) = &self.traffic {
+            traffic.counts_money(currency, unit_micros);
+        }
+    }
+
     fn seen(&self, now: Timestamp, seen: Seen) {
         if let Some(traffic) = &self.traffic {
             traffic.record(now, seen);

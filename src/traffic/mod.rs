@@ -78,6 +78,11 @@ struct TokenTotals {
     settlements: std::sync::atomic::AtomicU64,
     reserved: std::sync::atomic::AtomicU64,
     used: std::sync::atomic::AtomicU64,
+    /// Usage by kind (`from = "usage"`): input, cached, output.
+    kinds: [std::sync::atomic::AtomicU64; 3],
+    /// A money rule's unit in micro-units of its currency (0: tokens), and the currency.
+    unit_micros: std::sync::atomic::AtomicU64,
+    currency: std::sync::atomic::AtomicU32,
 }
 
 /// What a reserving rule's responses cost, since start ([`RuleReport::tokens`]).
@@ -89,6 +94,25 @@ pub struct Tokens {
     pub reserved: u64,
     /// Tokens they came to (the figure, or the reservation where none was usable).
     pub used: u64,
+    /// Of the usage read (`from = "usage"`): input tokens not cached, cached and output.
+    pub input: u64,
+    /// See [`Tokens::input`].
+    pub cached: u64,
+    /// See [`Tokens::input`].
+    pub output: u64,
+    /// For a money rule (`rate = "$50/month"`): its currency; `reserved` and `used` then
+    /// count [`unit_micros`](Tokens::unit_micros) millionths of it each.
+    pub currency: Option<char>,
+    /// See [`Tokens::currency`].
+    pub unit_micros: u64,
+}
+
+impl Tokens {
+    /// `units` of a money rule in whole cents (rounded down); `None` for a token rule.
+    pub fn cents(&self, units: u64) -> Option<u64> {
+        self.currency?;
+        u64::try_from(u128::from(units) * u128::from(self.unit_micros) / 10_000).ok()
+    }
 }
 
 impl RuleTraffic {
@@ -120,13 +144,36 @@ impl RuleTraffic {
         self.tokens.used.fetch_add(used, Relaxed);
     }
 
+    /// Counts the usage one response reported, by kind: input, cached, output.
+    pub fn usage(&self, input: u64, cached: u64, output: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for (total, n) in self.tokens.kinds.iter().zip([input, cached, output]) {
+            total.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// Says the rule counts money: `unit_micros` millionths of `currency` a token.
+    pub fn counts_money(&self, currency: char, unit_micros: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.tokens.unit_micros.store(unit_micros, Relaxed);
+        self.tokens.currency.store(u32::from(currency), Relaxed);
+    }
+
     /// The rule's settled reservations so far.
     pub fn tokens(&self) -> Tokens {
         use std::sync::atomic::Ordering::Relaxed;
+        let unit_micros = self.tokens.unit_micros.load(Relaxed);
         Tokens {
             settlements: self.tokens.settlements.load(Relaxed),
             reserved: self.tokens.reserved.load(Relaxed),
             used: self.tokens.used.load(Relaxed),
+            input: self.tokens.kinds[0].load(Relaxed),
+            cached: self.tokens.kinds[1].load(Relaxed),
+            output: self.tokens.kinds[2].load(Relaxed),
+            currency: (unit_micros > 0)
+                .then(|| char::from_u32(self.tokens.currency.load(Relaxed)))
+                .flatten(),
+            unit_micros,
         }
     }
 }

@@ -98,8 +98,9 @@ async fn a_key_runs_out_of_tokens_and_into_debt() {
     );
 }
 
-/// A key's weighted token budget (an `also` limit on every request), a model's limit for
-/// everyone (an ordinary rule on the model read from the body) — estimated at admission
+/// A key's weighted token budget and its monthly dollar budget (`also` limits on every
+/// request), a model's limit for everyone (an ordinary rule on the model read from the
+/// body) — estimated at admission
 /// and settled from the usage of each API the demo model speaks, streamed and not.
 const AI_RULES: &str = r#"
 [key]
@@ -113,6 +114,11 @@ rate = "100/s"
 
 [limits."/".also]
 tokens = { rate = "60000/min", cost = { reserve = "estimate", from = "usage", max = 20000, weights = { input = 1, output = 4, cached = 0.1 } } }
+budget = { rate = "$50/month", cost = { reserve = "estimate", from = "usage", max = 100 } }
+
+[prices."*"]
+input = "2.50/1M"
+output = "10.00/1M"
 
 [limits."v1/chat/completions/gpt-4o"]
 rate = "200000/min"
@@ -271,4 +277,22 @@ async fn token_budgets_per_key_and_per_model_from_every_api_streamed_and_not() {
     assert_eq!(reserve("v1/chat/completions/gpt-4o"), 2 + 10);
     assert_eq!(reserve("/#tokens"), 2 + 4 * 10);
     assert_eq!(estimates[0]["model"], "gpt-4o");
+    assert_eq!(reserve("/#budget"), 0, "105 micro-dollars: no whole cent");
+
+    // Dollars: 8 answers of 2 input + 10 output tokens (105 micro-dollars each), then four
+    // of 2 + 4,000 (40,005 each; the refused one never ran), priced by [prices] "*".
+    let metrics = get(admin, "/metrics", &[]).await.body;
+    assert_eq!(
+        metric(&metrics, "tollgate_settled_tokens_total{rule=\"/#budget\"}"),
+        8 * 105 + 4 * 40_005
+    );
+    let page = get(admin, "/", &[]).await.body;
+    assert!(
+        page.contains("spent since start: $0.16 used") || page.contains("· $0.16 used"),
+        "the page shows dollars: {}",
+        page.lines()
+            .filter(|l| l.contains("spent"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
