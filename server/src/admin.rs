@@ -917,8 +917,9 @@ fn estimates(
             let estimate = settle.estimate_for(json, rules.prices())?;
             Some(json!({
                 "limit": rule.name(),
-                "reserve": rule.shown(*estimate.as_ref().unwrap_or(&settle.max)),
+                "reserve": rule.shown(*estimate.as_ref().unwrap_or(&rule.cost())),
                 "unit": if settle.money.is_some() { "cents" } else { "tokens" },
+                "amount": settle.money.map(|money| money.amount(*estimate.as_ref().unwrap_or(&rule.cost()))),
                 "prompt_tokens": json.map(RequestJson::prompt_tokens),
                 "output_ceiling": json.and_then(RequestJson::output_ceiling),
                 "model": json.and_then(RequestJson::model),

@@ -26,13 +26,15 @@ pub struct Settle {
     /// Where the actual figure is read.
     pub from: CostSource,
     /// The largest figure believed; above it the reservation stands (and it is counted as
-    /// a fault).
+    /// a fault). For a rule reserving an estimate, the default (1,000,000,000): its
+    /// written `max` caps the estimate instead.
     pub max: u64,
     /// How token counts weigh (`from = "usage"` and estimates).
     pub weights: Weights,
-    /// `reserve = "estimate"`: the reservation is estimated from the request's JSON body
-    /// (its prompt text and output ceiling, weighted); without one, `max` is reserved.
-    pub estimate: bool,
+    /// `reserve = "estimate"` with its `max`: the reservation is estimated from the
+    /// request's JSON body (its prompt text and output ceiling, weighted), at most this;
+    /// without an estimate, this is reserved.
+    pub estimate: Option<u64>,
     /// A money rule's unit (`rate = "$50/month"`): the usage is priced by `[prices]`, and
     /// `reserve` and `max` are counted in that unit.
     pub money: Option<super::money::Money>,
@@ -42,8 +44,8 @@ impl Settle {
     /// What a request reserves under this rule when it estimates (`reserve =
     /// "estimate"`): its prompt's tokens and output ceiling from `json`, weighed (or, for
     /// a money rule, priced by the request's model in `prices`), at least 1 and at most
-    /// `max`. `Err` says why `max` is reserved instead; `None` for a rule that does not
-    /// estimate.
+    /// the rule's `max`. `Err` says why `max` is reserved instead; `None` for a rule that
+    /// does not estimate.
     ///
     /// ```
     /// use tollgate::config::RuleSet;
@@ -63,9 +65,7 @@ impl Settle {
         json: Option<&crate::key::RequestJson>,
         prices: &super::money::Prices,
     ) -> Option<Result<u64, EstimateFallback>> {
-        if !self.estimate {
-            return None;
-        }
+        let cap = self.estimate?;
         let json = match json {
             None => return Some(Err(EstimateFallback::NotRead)),
             Some(json) if json.problem().is_some() => {
@@ -77,13 +77,13 @@ impl Settle {
             let usage = Usage {
                 input: json.prompt_tokens(),
                 cached: 0,
-                output: json.output_ceiling().unwrap_or(self.max),
+                output: json.output_ceiling().unwrap_or(cap),
             };
-            return Some(Ok(self.weights.cost(usage).clamp(1, self.max)));
+            return Some(Ok(self.weights.cost(usage).clamp(1, cap)));
         };
         // Money: the tokens priced by the request's model; without a ceiling, `max`.
         let Some(ceiling) = json.output_ceiling() else {
-            return Some(Ok(self.max));
+            return Some(Ok(cap));
         };
         let Some(price) = json.model().and_then(|model| prices.find(model)) else {
             return Some(Err(EstimateFallback::NoPrice));
@@ -93,7 +93,7 @@ impl Settle {
             cached: 0,
             output: ceiling,
         };
-        Some(Ok(money.units(price.micros(usage)).clamp(1, self.max)))
+        Some(Ok(money.units(price.micros(usage)).clamp(1, cap)))
     }
 }
 

@@ -85,6 +85,19 @@ impl Money {
         self.units(u128::from(cents) * u128::from(MICROS_PER_CENT))
     }
 
+    /// `units` tokens of the bucket as an amount, `$12.5` (exact: trailing zeros left out).
+    pub fn amount(&self, units: u64) -> String {
+        let micros = u128::from(units) * u128::from(self.unit_micros);
+        let whole = micros / u128::from(MICROS);
+        let fraction = micros % u128::from(MICROS);
+        let symbol = self.currency.symbol();
+        if fraction == 0 {
+            return format!("{symbol}{whole}");
+        }
+        let digits = format!("{fraction:06}");
+        format!("{symbol}{whole}.{}", digits.trim_end_matches('0'))
+    }
+
     /// Whole cents for `units` tokens of the bucket (rounded down): what headers report.
     pub fn cents(&self, units: u64) -> u64 {
         let cents = u128::from(units) * u128::from(self.unit_micros) / u128::from(MICROS_PER_CENT);

@@ -701,9 +701,19 @@ impl Rule {
         let Some(algorithm) = rule.algorithm() else {
             return "unlimited".to_owned();
         };
-        let quotas: Vec<String> = match algorithm {
-            Algorithm::Gcra => rule.quotas().iter().map(ToString::to_string).collect(),
-            _ => rule.quotas().iter().map(|q| q.rate().to_string()).collect(),
+        let money = rule.settle().and_then(|settle| settle.money);
+        let quotas: Vec<String> = match (money, algorithm) {
+            (Some(money), _) => rule
+                .quotas()
+                .iter()
+                .map(|q| {
+                    let rate = q.rate().to_string();
+                    let period = rate.split_once('/').map_or("", |(_, p)| p);
+                    format!("{}/{period}", money.amount(u64::from(q.rate().count())))
+                })
+                .collect(),
+            (None, Algorithm::Gcra) => rule.quotas().iter().map(ToString::to_string).collect(),
+            (None, _) => rule.quotas().iter().map(|q| q.rate().to_string()).collect(),
         };
         let per = match rule.per() {
             Some(Per::Global) => "global",
@@ -713,12 +723,22 @@ impl Rule {
             format!("no rate · {per}")
         } else {
             match rule.settle() {
-                Some(settle) => format!(
-                    "{} · {algorithm} · {} reserved, settled from {} · {per}",
-                    quotas.join(" + "),
-                    rule.cost(),
-                    settle.from
-                ),
+                Some(settle) => {
+                    let reserved = match (settle.estimate, money) {
+                        (Some(cap), Some(money)) => {
+                            format!("estimated (at most {})", money.amount(cap))
+                        }
+                        (Some(cap), None) => format!("estimated (at most {cap})"),
+                        (None, Some(money)) => money.amount(rule.cost()),
+                        (None, None) => rule.cost().to_string(),
+                    };
+                    format!(
+                        "{} · {algorithm} · {reserved} reserved, settled from {}{} · {per}",
+                        quotas.join(" + "),
+                        settle.from,
+                        if money.is_some() { ", priced" } else { "" },
+                    )
+                }
                 None => format!(
                     "{} · {algorithm} · cost {} · {per}",
                     quotas.join(" + "),

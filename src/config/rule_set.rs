@@ -128,10 +128,10 @@ impl RuleSet {
                 pointers.push(pointer.clone());
             }
         }
-        let estimates = self
-            .rules
-            .iter()
-            .any(|rule| rule.settle().is_some_and(|settle| settle.estimate));
+        let estimates = self.rules.iter().any(|rule| {
+            rule.settle()
+                .is_some_and(|settle| settle.estimate.is_some())
+        });
         (estimates || !pointers.is_empty()).then(|| {
             Arc::new(BodyNeeds {
                 pointers,

@@ -46,7 +46,7 @@ pub(crate) fn estimate(
     let settle = rule.settle()?;
     let json = match body {
         // No request (a key decided over RESP or gRPC): `max`, quietly.
-        BodySeen::NoRequest => return settle.estimate.then_some(settle.max),
+        BodySeen::NoRequest => return settle.estimate,
         BodySeen::NotRead => None,
         BodySeen::Read(json) => Some(json),
     };
@@ -58,7 +58,7 @@ pub(crate) fn estimate(
                 _ => Fault::UnreadableRequest,
             };
             fault(rules, index, rule, kind, why);
-            Some(settle.max)
+            settle.estimate
         }
     }
 }

@@ -168,15 +168,15 @@ async fn an_estimate_refuses_before_the_upstream_and_the_usage_settles_it() {
     let app = app(
         "[limits]\nllm = { rate = \"400/min\", cost = { reserve = \"estimate\", from = \"usage\", max = 350 } }\n",
     );
-    // 400 bytes of prompt text (100 tokens) + a ceiling of 200: 300 reserved, then the
-    // usage (100 + 800 + 50 = 950) is above max: the reservation stands.
+    // 400 bytes of prompt text (100 tokens) + a ceiling of 200: 300 reserved; the answer
+    // says no usage, so the reservation stands.
     let chat = |text_bytes: usize, max_tokens: u64| {
         format!(
             r#"{{"model":"m","max_tokens":{max_tokens},"messages":[{{"role":"user","content":"{}"}}]}}"#,
             "x".repeat(text_bytes)
         )
     };
-    let (status, received) = send(&app, "chat", chat(400, 200)).await;
+    let (status, received) = send(&app, "none", chat(400, 200)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(received, Some(chat(400, 200).len()), "forwarded whole");
     assert_eq!(remaining(&app.limits, "llm/192.0.2.1"), 100);
@@ -200,6 +200,13 @@ async fn usage_settles_an_estimate_down_to_what_was_used() {
     assert_eq!(status, StatusCode::OK);
     // Reserved 4001, settled to 100 + 0 × 800 + 50.
     assert_eq!(remaining(&app.limits, "llm/192.0.2.1"), 10_000 - 150);
+    // Usage above the estimate's cap is believed: a ceiling of 5 (7 reserved) and 950 used.
+    let capped = self::app(
+        "[limits]\nllm = { rate = \"10000/min\", cost = { reserve = \"estimate\", from = \"usage\", max = 100 } }\n",
+    );
+    let body = r#"{"max_tokens":5,"messages":[{"role":"user","content":"abcdefgh"}]}"#;
+    assert_eq!(send(&capped, "anthropic", body).await.0, StatusCode::OK);
+    assert_eq!(remaining(&capped.limits, "llm/192.0.2.1"), 10_000 - 950);
 }
 
 #[tokio::test]

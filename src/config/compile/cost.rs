@@ -113,9 +113,10 @@ pub(super) fn settle(
     }
     Some(crate::config::Settle {
         from,
-        max,
+        // An estimate's `max` caps what is reserved; figures are believed up to the default.
+        max: if estimate { DEFAULT_MAX } else { max },
         weights,
-        estimate,
+        estimate: estimate.then_some(max),
         money: None,
     })
 }

@@ -152,6 +152,7 @@ pub(super) fn compile_limit(
         match settle.as_mut() {
             Some(spec) if spec.from == CostSource::Usage && spec.weights.is_unit() => {
                 spec.max = money.units_of_cents(spec.max);
+                spec.estimate = spec.estimate.map(|cap| money.units_of_cents(cap));
                 spec.money = Some(money);
             }
             Some(spec) if spec.from == CostSource::Usage => diagnostics.push(at.source.at(
