@@ -4,6 +4,8 @@
 #
 #   bash loadtest/axum.sh               # ROUNDS=3 DURATION=5s CONNECTIONS=32 REQUESTS=5000
 #   MEASURE=instructions VARIANTS="bare never,tollgate never" bash loadtest/axum.sh
+#   MEASURE=instructions LOAD_ARGS=--chat VARIANTS="bare never,tollgate-reserve never,tollgate-estimate never" bash loadtest/axum.sh
+#                                       # LOAD_ARGS: passed to the fixed-count load (--chat: POST a 2 KiB chat body)
 #
 # Two measurements of the same six servers (loadtest/hello.rs, one thread each):
 #
@@ -83,9 +85,9 @@ instructions() { # count, variant words...
   local server=$!
   pids+=("$server")
   wait_port $PORT 600
-  "$bin" load --target "127.0.0.1:$PORT" --requests 200 2>/dev/null
+  "$bin" load --target "127.0.0.1:$PORT" --requests 200 ${LOAD_ARGS:-} 2>/dev/null
   callgrind_control --zero "$server" >/dev/null 2>&1
-  "$bin" load --target "127.0.0.1:$PORT" --requests "$count" 2>"$work/load"
+  "$bin" load --target "127.0.0.1:$PORT" --requests "$count" ${LOAD_ARGS:-} 2>"$work/load"
   callgrind_control --dump "$server" >/dev/null 2>&1
   kill -TERM "$server"; wait "$server" 2>/dev/null || true
   [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp "$out.1" "$KEEP/callgrind.$(name "$*").$count"; }

@@ -21,7 +21,10 @@
 //!   `suggest = true`: each client's peak counted), `tollgate-candidate` (the first with one
 //!   candidate limit, which also counts peaks), `tollgate-also` (the first whose rule
 //!   carries two `also` limits: three buckets decided together), `tollgate-stacked` (three
-//!   tollgate layers stacked in tower, one rule each), `governor` or `governor-headers` (the same
+//!   tollgate layers stacked in tower, one rule each), `tollgate-reserve` (the first behind
+//!   `ReadBodyLayer`, its rule reserving a fixed 1,000 tokens settled from an OpenAI `usage`
+//!   object the handler answers with: the body is never read), `tollgate-estimate` (the same
+//!   reserving `"estimate"`, weighted: each request's JSON body read and walked), `governor` or `governor-headers` (the same
 //!   with tower_governor's `use_headers`: `x-ratelimit-limit`, `-remaining`, `-after`) (tower_governor's `GovernorLayer` keyed by peer IP, no
 //!   headers);
 //! - quota `never` (1,000,000/s with a burst of 1,000,000: nobody is denied) or `deny`
@@ -30,7 +33,8 @@
 //! Both limiters get the same quota and key clients by peer address through axum's
 //! `ConnectInfo`, which every variant (bare included) is served with.
 //!
-//! `load` sends exactly `--requests` GET requests over `--connections` keep-alive HTTP/1.1
+//! `load` sends exactly `--requests` GET requests (with `--chat`, POST requests carrying a
+//! 2 KiB OpenAI chat body) over `--connections` keep-alive HTTP/1.1
 //! connections and prints how many got each status: the fixed amount of work the
 //! instruction counts are taken over (wrk, which runs for a time, measures throughput).
 
@@ -39,11 +43,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{any, get};
 use clap::{Parser, Subcommand, ValueEnum};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use tollgate::{Limits, RateLimitLayer};
+use tollgate::{Limits, RateLimitLayer, ReadBodyLayer};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 
@@ -71,6 +75,9 @@ enum Command {
         requests: u64,
         #[arg(long, default_value_t = 1)]
         connections: u64,
+        /// POST a 2 KiB OpenAI chat body instead of an empty GET.
+        #[arg(long)]
+        chat: bool,
     },
 }
 
@@ -95,6 +102,11 @@ enum Limiter {
     /// Three `tollgate` layers stacked in tower, one rule each (global, per client, per
     /// client): what a user would do without `also`, and not atomic.
     TollgateStacked,
+    /// `tollgate` behind `ReadBodyLayer`, reserving a fixed 1,000 tokens settled from the
+    /// handler's OpenAI usage: the body is not read.
+    TollgateReserve,
+    /// The same reserving `"estimate"`: each JSON body read and walked.
+    TollgateEstimate,
     Governor,
     /// tower_governor with its rate-limit headers on (`use_headers`): the fair peer of
     /// `tollgate`, which sends the IETF headers.
@@ -124,7 +136,19 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
         Limiter::TollgateUsage | Limiter::TollgateSettle => {
             Router::new().route("/", get(|| async { ([("x-usage", "1")], "hello\n") }))
         }
-        _ => Router::new().route("/", get(|| async { "hello\n" })),
+        Limiter::TollgateReserve | Limiter::TollgateEstimate => Router::new().route(
+            "/",
+            any(|| async {
+                (
+                    [("content-type", "application/json")],
+                    r#"{"usage":{"prompt_tokens":520,"completion_tokens":100,"total_tokens":620}}"#,
+                )
+            }),
+        ),
+        _ => Router::new().route(
+            "/",
+            get(|| async { "hello\n" }).post(|| async { "hello\n" }),
+        ),
     };
     let (per_second, burst) = quota.rate_and_burst();
     Ok(match limiter {
@@ -185,6 +209,19 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
                 Limiter::TollgateWrapped => app.layer(layer),
                 _ => app.layer(layer.axum_body()),
             }
+        }
+        Limiter::TollgateReserve | Limiter::TollgateEstimate => {
+            let reserve = match limiter {
+                Limiter::TollgateEstimate => "\"estimate\"",
+                _ => "1000",
+            };
+            let toml = format!(
+                "[limits]\n\"/\" = {{ rate = \"{per_second}/s\", burst = {burst}, cost = {{ reserve = {reserve}, \
+                 from = \"usage\", max = 20000, weights = {{ input = 1, output = 4 }} }} }}\n"
+            );
+            let limits = Limits::from_toml(&toml)?;
+            app.layer(RateLimitLayer::new(limits.clone()).axum_body())
+                .layer(ReadBodyLayer::new(limits).axum_body())
         }
         Limiter::TollgateStacked => {
             let layer = |per: &str| -> Result<_, Box<dyn std::error::Error>> {
@@ -248,6 +285,7 @@ async fn serve(
 async fn connection(
     target: SocketAddr,
     requests: u64,
+    chat: Option<Bytes>,
 ) -> Result<BTreeMap<u16, u64>, Box<dyn std::error::Error + Send + Sync>> {
     let stream = tokio::net::TcpStream::connect(target).await?;
     stream.set_nodelay(true)?;
@@ -257,9 +295,15 @@ async fn connection(
     let mut statuses = BTreeMap::new();
     for _ in 0..requests {
         sender.ready().await?;
-        let request = http::Request::get("/")
-            .header(http::header::HOST, target.to_string())
-            .body(Empty::<Bytes>::new())?;
+        let request = match &chat {
+            Some(body) => http::Request::post("/")
+                .header(http::header::HOST, target.to_string())
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(body.clone()))?,
+            None => http::Request::get("/")
+                .header(http::header::HOST, target.to_string())
+                .body(Full::new(Bytes::new()))?,
+        };
         let response = sender.send_request(request).await?;
         *statuses.entry(response.status().as_u16()).or_insert(0) += 1;
         response.into_body().collect().await?;
@@ -271,13 +315,15 @@ async fn load(
     target: SocketAddr,
     requests: u64,
     connections: u64,
+    chat: bool,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let chat = chat.then(chat_body);
     let connections = connections.clamp(1, requests.max(1));
     let mut tasks = Vec::new();
     for index in 0..connections {
         // Spread the remainder so the total is exactly `requests`.
         let share = requests / connections + u64::from(index < requests % connections);
-        tasks.push(tokio::spawn(connection(target, share)));
+        tasks.push(tokio::spawn(connection(target, share, chat.clone())));
     }
     let mut statuses = BTreeMap::new();
     for task in tasks {
@@ -291,6 +337,14 @@ async fn load(
         .collect();
     eprintln!("bench_hello: {requests} requests: {}", summary.join(" "));
     Ok(())
+}
+
+/// A 2 KiB OpenAI Chat Completions body: a system prompt, a user turn and `max_tokens`.
+fn chat_body() -> Bytes {
+    let words = "the quick brown fox jumps over the lazy dog ".repeat(44);
+    Bytes::from(format!(
+        r#"{{"model":"gpt-4o","max_tokens":100,"messages":[{{"role":"system","content":"You answer briefly."}},{{"role":"user","content":"{words}"}}]}}"#
+    ))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -314,6 +368,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             target,
             requests,
             connections,
+            chat,
         } => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -321,7 +376,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             runtime.block_on(async {
                 tokio::time::timeout(
                     Duration::from_secs(600),
-                    load(target, requests, connections),
+                    load(target, requests, connections, chat),
                 )
                 .await
                 .map_err(|_| "load did not finish within 600 s")?

@@ -969,12 +969,11 @@ mod tests {
             let Some(end) = path.find('"') else { break };
             let route = path[..end].replace("{*", "{");
             let call = &path[end..path.find(".route(").unwrap_or(path.len())];
-            let method = if call.contains("delete(") {
-                "delete"
-            } else {
-                "get"
-            };
-            routes.insert((route, method.to_owned()));
+            for (method, verb) in [("get", "get("), ("post", "post("), ("delete", "delete(")] {
+                if call.contains(verb) {
+                    routes.insert((route.clone(), method.to_owned()));
+                }
+            }
         }
         routes
     }

@@ -286,6 +286,7 @@ fn every_metric_the_alerts_and_dashboard_name_is_exported_before_any_event() {
         format!(
             "[limits.\"/\"]\nrate = \"100/min\"\n\
              [limits.\"llm\"]\nrate = \"1000/min\"\ncost = {{ reserve = 10, from = \"json:/usage/total_tokens\" }}\n\
+             [limits.\"chat\"]\nrate = \"1000/min\"\ncost = {{ reserve = 10, from = \"usage\" }}\n\
              [limits.\"held\"]\nrate = \"1/s\"\non_limit = \"delay\"\nmax_delay = \"2s\"\n\
              [limits.\"capped\"]\nrate = \"100/s\"\nconcurrency = 4\n\
              [limits.\"tuned\"]\nrate = \"10/s\"\ncandidates = [\"5/s\"]\n\
@@ -335,6 +336,7 @@ fn every_metric_the_alerts_and_dashboard_name_is_exported_before_any_event() {
         "tollgate_settle_faults_total{rule=\"llm\",reason=\"malformed JSON\"} 0",
         "tollgate_settled_total{rule=\"llm\",outcome=\"kept\"} 0",
         "tollgate_settled_tokens_total{rule=\"llm\"} 0",
+        "tollgate_usage_tokens_total{rule=\"chat\",kind=\"output\"} 0",
         "tollgate_config_reload_failures_total 0",
         "tollgate_config_fetch_errors_total 0",
         "tollgate_grpc_requests_total{domain=\"llm\",code=\"over_limit\"} 0",

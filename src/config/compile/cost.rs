@@ -7,7 +7,7 @@ use super::super::cost::{CostSource, Weights};
 use super::super::error::Diagnostic;
 use super::super::money::{self, Money};
 use super::super::raw::{RawReserve, RawRule};
-use super::limit::{At, Written};
+use super::at::{At, Written};
 
 /// `cost = { reserve, from, max }`: where the actual figure is read, and the most believed.
 pub(super) fn settle(

@@ -13,33 +13,11 @@ use super::super::error::Diagnostic;
 use super::super::raw::{OneOrMany, RawRule};
 use super::super::rule::{Limit, StatusSet};
 use super::super::source::SourceText;
+use super::at::{At, Written};
 use super::cost::{money_rates, settle};
 use super::{concurrency, shaping};
 use crate::algorithm::Algorithm;
 use crate::quota::{Quota, Rate};
-
-/// A list field as written: each value, with its own span when it was written as a list.
-pub(super) type Written<T> = Vec<(T, Option<Range<usize>>)>;
-
-/// Where one rule is written, for pointing at its fields.
-pub(super) struct At<'a> {
-    pub(super) source: &'a SourceText,
-    /// The rule's key.
-    pub(super) name: &'a str,
-    /// The whole rule: where a problem with no field of its own is shown.
-    pub(super) rule: Range<usize>,
-}
-
-impl At<'_> {
-    /// A field's own span, or (for a field the rule leaves out) the rule's.
-    pub(super) fn field(&self, span: Option<&Range<usize>>, field: Range<usize>) -> Range<usize> {
-        match span {
-            Some(span) => span.clone(),
-            None if field.is_empty() => self.rule.clone(),
-            None => field,
-        }
-    }
-}
 
 /// Validates `rule` (written under `key`) into a [`Limit`]; `None`, with `diagnostics`
 /// saying why, if it has problems.

@@ -14,6 +14,7 @@ use serde::de;
 use toml::Spanned;
 
 mod also;
+mod at;
 mod candidates;
 mod concurrency;
 mod cost;
