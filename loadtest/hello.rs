@@ -215,6 +215,9 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
                 Limiter::TollgateEstimate => "\"estimate\"",
                 _ => "1000",
             };
+            // A thousand times the quota in tokens: a request costs about a thousand, and
+            // none may be refused (a refusal would skip the settlement being measured).
+            let (per_second, burst) = (per_second * 1000, burst.saturating_mul(1000));
             let toml = format!(
                 "[limits]\n\"/\" = {{ rate = \"{per_second}/s\", burst = {burst}, cost = {{ reserve = {reserve}, \
                  from = \"usage\", max = 20000, weights = {{ input = 1, output = 4 }} }} }}\n"

@@ -51,6 +51,23 @@ enum Verb {
     /// Ask a running admin listener for the limits its clients' peaks suggest, and print
     /// them as a unified diff of the config files (apply with `patch -p0`).
     Suggest(crate::suggest::SuggestArgs),
+    /// Issue an API key: print a new random key (on stderr, once) and the line for a key
+    /// table (on stdout) — its SHA-256 digest, the owner's id and plan. With `--stdin`, the
+    /// line for a key read from standard input instead.
+    ApiKey(ApiKeyArgs),
+}
+
+/// `tollgate api-key ID [--plan PLAN] [--stdin]`.
+#[derive(Debug, clap::Args)]
+struct ApiKeyArgs {
+    /// Whose key it is: the identity its requests are counted under.
+    id: String,
+    /// The plan the key's requests are on.
+    #[arg(long)]
+    plan: Option<String>,
+    /// Read the key from standard input (its first line) rather than make one.
+    #[arg(long)]
+    stdin: bool,
 }
 
 /// Runs the service as the command line asks; what `main` returns.
@@ -86,8 +103,10 @@ pub fn main() -> ExitCode {
     if flags.print_config {
         return print_config(&flags.settings, &matches);
     }
-    if let Some(Verb::Suggest(args)) = &flags.verb {
-        return suggest(args);
+    match &flags.verb {
+        Some(Verb::Suggest(args)) => return suggest(args),
+        Some(Verb::ApiKey(args)) => return api_key(args),
+        None => {}
     }
     match runtime(tokio::runtime::Builder::new_multi_thread()) {
         Ok(runtime) => runtime.block_on(serve(flags.settings, logging, levels)),
@@ -135,6 +154,84 @@ fn runtime(mut builder: tokio::runtime::Builder) -> Result<tokio::runtime::Runti
         eprintln!("tollgate: cannot start the runtime: {error}");
         ExitCode::FAILURE
     })
+}
+
+/// `tollgate api-key`: a key table's line on stdout, and a new key (if one was made) on
+/// stderr, so `>> keys.toml` keeps the key out of the file.
+fn api_key(args: &ApiKeyArgs) -> ExitCode {
+    match api_key_line(args, std::io::stdin().lock()) {
+        Ok((line, made)) => {
+            if let Some(key) = made {
+                eprintln!("tollgate: the new key (shown once; hand it to its owner): {key}");
+            }
+            match writeln!(std::io::stdout().lock(), "{line}") {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("tollgate: cannot write the line: {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(message) => {
+            eprintln!("tollgate: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The key table line for `args`' key (read from `input` with `--stdin`, else made: 32
+/// random bytes as `tg_` and 64 hex digits), and the key if it was made here.
+fn api_key_line(
+    args: &ApiKeyArgs,
+    mut input: impl std::io::BufRead,
+) -> Result<(String, Option<String>), String> {
+    if args.id.is_empty() || args.id.len() > tollgate::key::MAX_HEADER_IDENTITY {
+        return Err(format!(
+            "the id must be 1 to {} bytes",
+            tollgate::key::MAX_HEADER_IDENTITY
+        ));
+    }
+    if let Some(plan) = &args.plan
+        && (plan.is_empty()
+            || !plan
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
+    {
+        return Err(format!(
+            "plan name {plan:?} must be letters, digits, '-', '_' or '.'"
+        ));
+    }
+    let (key, made) = if args.stdin {
+        let mut line = String::new();
+        input
+            .read_line(&mut line)
+            .map_err(|error| format!("cannot read the key from standard input: {error}"))?;
+        let key = line.trim_end_matches(['\r', '\n']).to_owned();
+        if key.is_empty() {
+            return Err("no key on standard input".to_owned());
+        }
+        (key, false)
+    } else {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes)
+            .map_err(|error| format!("cannot make a random key: {error}"))?;
+        let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+        (format!("tg_{hex}"), true)
+    };
+    let digest = tollgate::key::ApiKeys::digest_hex(key.as_bytes());
+    let mut fields = format!("id = {}", toml_string(&args.id));
+    if let Some(plan) = &args.plan {
+        fields.push_str(&format!(", plan = {}", toml_string(plan)));
+    }
+    Ok((
+        format!("\"{digest}\" = {{ {fields} }}"),
+        made.then_some(key),
+    ))
+}
+
+/// `text` as a TOML basic string.
+fn toml_string(text: &str) -> String {
+    toml_edit::Value::from(text).to_string()
 }
 
 /// `tollgate suggest`: the diff on stdout, or why there is none on stderr.
@@ -362,5 +459,44 @@ mod environment {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(id: &str, plan: Option<&str>, stdin: bool) -> ApiKeyArgs {
+        ApiKeyArgs {
+            id: id.to_owned(),
+            plan: plan.map(str::to_owned),
+            stdin,
+        }
+    }
+
+    #[test]
+    fn the_line_names_the_keys_digest_and_never_the_key() {
+        let (line, made) =
+            api_key_line(&args("team \"a\"", Some("pro"), true), &b"tg_secret\n"[..]).unwrap();
+        assert_eq!(made, None);
+        let digest = tollgate::key::ApiKeys::digest_hex(b"tg_secret");
+        assert_eq!(
+            line,
+            format!("\"{digest}\" = {{ id = 'team \"a\"', plan = \"pro\" }}")
+        );
+        assert!(!line.contains("tg_secret"));
+
+        let (line, made) = api_key_line(&args("ada", None, false), &b""[..]).unwrap();
+        let key = made.unwrap();
+        assert!(key.starts_with("tg_") && key.len() == 67, "{key}");
+        assert!(line.contains(&tollgate::key::ApiKeys::digest_hex(key.as_bytes())));
+        assert!(!line.contains(&key));
+    }
+
+    #[test]
+    fn bad_ids_plans_and_empty_input_are_refused() {
+        assert!(api_key_line(&args("", None, false), &b""[..]).is_err());
+        assert!(api_key_line(&args("ada", Some("no spaces"), false), &b""[..]).is_err());
+        assert!(api_key_line(&args("ada", None, true), &b"\n"[..]).is_err());
     }
 }

@@ -282,6 +282,12 @@ pub const CATALOGUE: &[Metric] = &[
         &["rule", "reason"],
         "Responses whose figure could not be believed (negative, not a number, above max, malformed JSON, a body over the bound read), by rule and reason; the reservation stands.",
     ),
+    metric(
+        "tollgate_invalid_credentials_total",
+        Kind::Counter,
+        &["reason", "action"],
+        "Requests whose credential failed (reason: unknown key), by what was done: anonymous (counted as if absent) or reject (401).",
+    ),
 ];
 
 fn describe() {

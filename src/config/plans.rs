@@ -22,25 +22,16 @@ use std::sync::Arc;
 use http::{HeaderName, Request};
 
 use super::error::Diagnostic;
+use super::members::{bad_plan_name, fingerprints, is_plan_name, member_source};
 use super::raw::RawPlans;
 use super::source::{ConfigSource, SourceText};
-use crate::key::{ClientSettings, MAX_HEADER_IDENTITY, Plan, encode_segment, from_trusted_proxy};
+use crate::key::{
+    ClientSettings, MAX_HEADER_IDENTITY, Plan, Presented, encode_segment, from_trusted_proxy,
+};
 
 /// The most bytes a membership file or document may hold: a million identities of
 /// twenty-odd characters take about 30 MiB.
 pub const MAX_MEMBERS_BYTES: u64 = 256 * 1024 * 1024;
-
-/// The longest plan name: plans are names an operator writes, not identities.
-pub(crate) const MAX_PLAN_NAME: usize = 64;
-
-/// Whether `name` can name a plan: 1 to [`MAX_PLAN_NAME`] letters, digits, `-`, `_`, `.`.
-pub(crate) fn is_plan_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_PLAN_NAME
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
 
 /// `[plans]`, with the membership its sources held when the rules were compiled.
 ///
@@ -72,6 +63,8 @@ pub enum PlanSource {
     Header,
     /// A row of a `[plans] members` table.
     Members,
+    /// The plan of the request's known API key (`[identity.api_keys]`).
+    ApiKey,
     /// `[plans] default`.
     Default,
     /// Given by the caller (`TG.CHECK … PLAN`, a gRPC descriptor's `plan` entry).
@@ -84,6 +77,7 @@ impl fmt::Display for PlanSource {
             PlanSource::Extension => "extension",
             PlanSource::Header => "header",
             PlanSource::Members => "members",
+            PlanSource::ApiKey => "api_key",
             PlanSource::Default => "default",
             PlanSource::Caller => "caller",
         })
@@ -166,6 +160,13 @@ impl Plans {
     ) -> Option<(Cow<'a, str>, PlanSource)> {
         if let Some(Plan(plan)) = request.extensions().get::<Plan>() {
             return Some((Cow::Borrowed(&**plan), PlanSource::Extension));
+        }
+        if let Some(keys) = &client.api_keys
+            && keys.any_plan()
+            && let Presented::Known(owner) = keys.presented(request)
+            && let Some(plan) = &owner.plan
+        {
+            return Some((Cow::Owned(plan.to_string()), PlanSource::ApiKey));
         }
         if let Some(name) = &self.header
             && let Some(value) = request.headers().get(name)
@@ -252,19 +253,7 @@ impl Plans {
                 }),
             }
         }
-        let read_from: Vec<(PathBuf, usize, u64)> = ordered
-            .iter()
-            .map(|text| {
-                (
-                    text.path.clone(),
-                    text.text.len(),
-                    std::hash::BuildHasher::hash_one(
-                        &foldhash::quality::FixedState::default(),
-                        &text.text,
-                    ),
-                )
-            })
-            .collect();
+        let read_from = fingerprints(&ordered);
         if let Some(previous) = previous
             && previous.members.read_from == read_from
         {
@@ -359,59 +348,4 @@ fn identity_segment(identity: &str) -> Option<Box<str>> {
         return Some(address.to_canonical().to_string().into_boxed_str());
     }
     Some(encode_segment(identity).into_owned().into_boxed_str())
-}
-
-fn bad_plan_name(name: &str) -> String {
-    format!(
-        "plan name \"{}\" must be 1 to {MAX_PLAN_NAME} letters, digits, '-', '_' or '.'",
-        name.escape_debug()
-    )
-}
-
-/// A `[plans] members` entry as a source: a URL, or a path relative to the directory of
-/// the file that names it.
-fn member_source(declared_in: &Path, remote: bool, entry: &str) -> Result<ConfigSource, String> {
-    let entry = entry.trim();
-    if entry.is_empty() {
-        return Err("a membership source must name a file or a URL".to_owned());
-    }
-    let path = Path::new(entry);
-    let source = ConfigSource::parse(path).map_err(|error| error.to_string())?;
-    Ok(match source {
-        ConfigSource::File(path) if path.is_relative() && !remote => {
-            let base = declared_in.parent().unwrap_or(Path::new(""));
-            ConfigSource::File(base.join(path))
-        }
-        other => other,
-    })
-}
-
-/// The membership sources `texts` (rule files, in layering order) name: the last
-/// `[plans] members` written wins. What the reloader reads besides the rules; a text that
-/// does not parse names none (compiling it says why).
-pub(crate) fn membership_sources(texts: &[SourceText]) -> Vec<ConfigSource> {
-    #[derive(serde::Deserialize)]
-    struct Document {
-        plans: Option<PlansTable>,
-    }
-    #[derive(serde::Deserialize)]
-    struct PlansTable {
-        members: Option<Vec<String>>,
-    }
-    let mut chosen = Vec::new();
-    for text in texts.iter().filter(|text| !text.members && !text.is_yaml()) {
-        let Ok(Document {
-            plans: Some(PlansTable {
-                members: Some(members),
-            }),
-        }) = toml::from_str::<Document>(&text.text)
-        else {
-            continue;
-        };
-        chosen = members
-            .iter()
-            .filter_map(|entry| member_source(&text.path, text.remote, entry).ok())
-            .collect();
-    }
-    chosen
 }

@@ -40,12 +40,15 @@ pub(crate) struct RawFile {
     #[serde(default)]
     #[cfg_attr(feature = "schema", schemars(with = "BTreeMap<String, RawPrice>"))]
     pub(crate) prices: BTreeMap<Spanned<String>, Spanned<RawPrice>>,
+    /// Verified identities: `[identity.api_keys]`, `on_invalid`.
+    #[serde(default)]
+    pub(crate) identity: super::identity::RawIdentity,
 }
 
 impl RawFile {
     /// The top-level tables tollgate reads.
-    pub(crate) const TABLES: [&'static str; 8] = [
-        "key", "client", "response", "limits", "store", "reload", "plans", "prices",
+    pub(crate) const TABLES: [&'static str; 9] = [
+        "key", "client", "response", "limits", "store", "reload", "plans", "prices", "identity",
     ];
 }
 

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::also::AlsoBy;
+use super::identity::ReadKeys;
 use super::money::Prices;
 use super::plans::Plans;
 use super::prefix::PrefixTable;
@@ -60,6 +61,8 @@ pub struct RuleSet {
     body: Option<Arc<BodyNeeds>>,
     /// `[prices]`: what each model's tokens cost, for money rules.
     prices: Arc<Prices>,
+    /// The API key tables as read (`[identity.api_keys]`), kept for the next compile.
+    key_tables: Option<ReadKeys>,
 }
 
 /// What a rule set needs of a request's JSON body: the values at `pointers` (key parts and
@@ -101,6 +104,7 @@ impl RuleSet {
             extensions: Vec::new(),
             body: None,
             prices: Arc::new(settings.prices),
+            key_tables: settings.keys,
         }
     }
 
@@ -153,6 +157,11 @@ impl RuleSet {
     /// ```
     pub fn body_needs(&self) -> Option<&Arc<BodyNeeds>> {
         self.body.as_ref()
+    }
+
+    /// The API key tables as read, for the next compile to reuse.
+    pub(crate) fn key_tables(&self) -> Option<&ReadKeys> {
+        self.key_tables.as_ref()
     }
 
     /// `[prices]`: what each model's tokens cost, for money rules (`rate = "$50/month"`).

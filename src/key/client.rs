@@ -15,6 +15,9 @@
 //!   user its auth layer established — bounded and encoded as a header value is. Absent
 //!   (no auth layer ran, or it did not identify anyone): the next source is tried. A client
 //!   cannot forge it: it is not read from the request.
+//! - `api_key`: the `id` of the [API key](ApiKeys) the request presents, if the key tables
+//!   name it. A key nobody issued is invalid: by `on_invalid`, the next source decides
+//!   (so an invented key is counted by address) or the request is refused with 401.
 //!
 //! # Unidentified requests
 //!
@@ -41,7 +44,10 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use http::{HeaderName, Request};
 use percent_encoding::{AsciiSet, CONTROLS, percent_encode};
 
+use std::sync::Arc;
+
 use super::TrustedProxies;
+use super::api_keys::{ApiKeys, Invalid, OnInvalid, Presented};
 use super::forwarded::client_address;
 
 /// The longest header value used as an identity; longer values are skipped.
@@ -145,6 +151,8 @@ pub enum ClientSource {
     Header(HeaderName),
     /// `"extension"`: the [`ClientId`] in the request's extensions.
     Extension,
+    /// `"api_key"`: the id of the known API key the request presents.
+    ApiKey,
 }
 
 impl fmt::Display for ClientSource {
@@ -153,6 +161,7 @@ impl fmt::Display for ClientSource {
             ClientSource::Ip => f.write_str("ip"),
             ClientSource::Header(name) => write!(f, "header:{name}"),
             ClientSource::Extension => f.write_str("extension"),
+            ClientSource::ApiKey => f.write_str("api_key"),
         }
     }
 }
@@ -167,6 +176,10 @@ pub struct ClientSettings {
     pub trusted_proxies: TrustedProxies,
     /// IPv6 clients are grouped into networks of this prefix length (default 64).
     pub ipv6_prefix: u8,
+    /// The API keys issued (`[identity.api_keys]`), for the `api_key` source.
+    pub api_keys: Option<Arc<ApiKeys>>,
+    /// What a credential that fails does (`[identity] on_invalid`).
+    pub on_invalid: OnInvalid,
 }
 
 impl Default for ClientSettings {
@@ -175,6 +188,8 @@ impl Default for ClientSettings {
             sources: vec![ClientSource::Ip],
             trusted_proxies: TrustedProxies::default(),
             ipv6_prefix: 64,
+            api_keys: None,
+            on_invalid: OnInvalid::Anonymous,
         }
     }
 }
@@ -194,34 +209,62 @@ pub enum Client<'a> {
 }
 
 impl<'a> Client<'a> {
-    /// Identifies the client of `request` per `settings`.
+    /// Identifies the client of `request` per `settings`; a credential that fails counts
+    /// as absent here (see [`Client::identify_checked`]).
     pub fn identify<B>(request: &'a Request<B>, settings: &ClientSettings) -> Client<'a> {
+        Client::identify_checked(request, settings).0
+    }
+
+    /// Identifies the client of `request` per `settings`, and says whether a credential it
+    /// presented failed (the first that did), whatever `on_invalid` does with that.
+    pub fn identify_checked<B>(
+        request: &'a Request<B>,
+        settings: &ClientSettings,
+    ) -> (Client<'a>, Option<Invalid>) {
+        let mut invalid = None;
         for source in &settings.sources {
             match source {
                 ClientSource::Ip => {
                     if let Some(peer) = peer_ip(request) {
                         let address =
                             client_address(request.headers(), peer, &settings.trusted_proxies);
-                        return Client::from_ip(address, settings.ipv6_prefix);
+                        return (Client::from_ip(address, settings.ipv6_prefix), invalid);
                     }
                 }
                 ClientSource::Header(name) => {
                     if let Some(value) = request.headers().get(name)
                         && let Some(client) = Client::from_bytes(value.as_bytes())
                     {
-                        return client;
+                        return (client, invalid);
                     }
                 }
                 ClientSource::Extension => {
                     if let Some(ClientId(id)) = request.extensions().get::<ClientId>()
                         && let Some(client) = Client::from_bytes(id.as_bytes())
                     {
-                        return client;
+                        return (client, invalid);
                     }
                 }
+                ClientSource::ApiKey => match settings
+                    .api_keys
+                    .as_deref()
+                    .map(|keys| keys.presented(request))
+                {
+                    Some(Presented::Known(owner))
+                        if !owner.id.is_empty() && owner.id.len() <= MAX_HEADER_IDENTITY =>
+                    {
+                        let id: Cow<'_, str> =
+                            percent_encode(owner.id.as_bytes(), SEGMENT_UNSAFE).into();
+                        return (Client::Key(Cow::Owned(id.into_owned())), invalid);
+                    }
+                    Some(Presented::Unknown) => {
+                        invalid.get_or_insert(Invalid::UnknownKey);
+                    }
+                    Some(Presented::Absent | Presented::Known(_)) | None => {}
+                },
             }
         }
-        Client::Unknown
+        (Client::Unknown, invalid)
     }
 
     /// A header's or the application's identity: one segment, or `None` when it is empty

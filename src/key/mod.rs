@@ -8,12 +8,14 @@
 //! (`api/search/192.168.11.3`). The client is always exactly one segment: IPv6 networks
 //! are written without a length and header values have `/` percent-encoded.
 
+mod api_keys;
 mod body;
 mod client;
 mod forwarded;
 mod parts;
 mod path;
 
+pub use api_keys::{ApiKeyOwner, ApiKeys, Invalid, KeyDigest, OnInvalid, Presented};
 pub use body::{BodyProblem, MAX_REQUEST_JSON, RequestJson};
 pub use client::{
     Client, ClientId, ClientSettings, ClientSource, MAX_HEADER_IDENTITY, PeerAddr, Plan,

@@ -48,6 +48,11 @@ impl Active {
                 })
             })
             .collect();
+        if rules.client_settings().api_keys.is_some() {
+            // Made now, so the series exists at 0 before the first invented key.
+            let action = rules.client_settings().on_invalid.as_str();
+            let _ = metrics::counter!("tollgate_invalid_credentials_total", "reason" => crate::key::Invalid::UnknownKey.reason(), "action" => action);
+        }
         let capacity = rules.store().max_buckets;
         let tuning = rules
             .all_rules()

@@ -13,7 +13,7 @@ use crate::clock::Timestamp;
 use crate::concurrency::Permit;
 use crate::config::{Limit, Per, Rule};
 use crate::decision::Decision;
-use crate::key::{Client, SegmentBuffer, normalize_route};
+use crate::key::{Client, Invalid, OnInvalid, SegmentBuffer, normalize_route};
 use std::sync::Arc;
 
 use crate::store::{CheckMode, Store, StoreError};
@@ -37,6 +37,9 @@ pub(crate) enum Plan<'r, F> {
     },
     /// The rule's concurrency cap is reached: refuse at once.
     Busy,
+    /// A credential failed verification and `[identity] on_invalid = "reject"`: answer 401,
+    /// charging nothing.
+    Unauthorized(Invalid),
     /// The cap is reached and the rule may wait (`on_limit = "delay"`), or the slot is
     /// asked of a shared store: it comes later, then the rate is checked
     /// ([`Limits::plan_after_slot`]). Boxed: the common plans stay small.
@@ -240,10 +243,14 @@ impl<St: Store> Limits<St> {
     /// assert!(limits.check_request(&http::Request::get("/other").body(())?).is_none());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// A credential that fails verification counts as absent here, whatever
+    /// `[identity] on_invalid` says (the layer answers 401 under `"reject"`): the next
+    /// client source decides.
     pub fn check_request<B>(&self, request: &Request<B>) -> Option<DecisionFuture<St::Future>> {
-        match self.plan_with(&self.active(), request, false) {
+        match self.plan_with(&self.active(), request, false, false) {
             Plan::Check { decision, .. } => Some(DecisionFuture(decision)),
-            Plan::Pass(_) | Plan::Busy | Plan::Queue { .. } => None,
+            Plan::Pass(_) | Plan::Busy | Plan::Queue { .. } | Plan::Unauthorized(_) => None,
         }
     }
 
@@ -385,7 +392,7 @@ impl<St: Store> Limits<St> {
         rules: &Arc<Active>,
         request: &'r Request<B>,
     ) -> Plan<'r, Deciding<St::Future>> {
-        self.plan_with(rules, request, true)
+        self.plan_with(rules, request, true, true)
     }
 
     /// The rate check of a request that has waited for its slot (`Plan::Queue`).
@@ -408,13 +415,21 @@ impl<St: Store> Limits<St> {
         rules: &Arc<Active>,
         request: &'r Request<B>,
         concurrency: bool,
+        reject_invalid: bool,
     ) -> Plan<'r, Deciding<St::Future>> {
+        let (client, invalid) = Client::identify_checked(request, rules.client_settings());
+        if let Some(invalid) = invalid {
+            let on_invalid = rules.client_settings().on_invalid;
+            metrics::counter!("tollgate_invalid_credentials_total", "reason" => invalid.reason(), "action" => on_invalid.as_str()).increment(1);
+            if reject_invalid && on_invalid == OnInvalid::Reject {
+                return Plan::Unauthorized(invalid);
+            }
+        }
         let settings = rules.route_settings();
         let route = normalize_route(request.uri().path(), settings);
         let route = settings
             .parts
             .match_path(request, route, settings.case_insensitive);
-        let client = Client::identify(request, rules.client_settings());
         let mut buffer = SegmentBuffer::default();
         let found = rules.resolve_with(&route, || client.segment(&mut buffer).into());
         let Some((mut index, mut rule)) = found.and_then(|index| Some((index, rules.rule(index)?)))

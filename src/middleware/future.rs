@@ -477,7 +477,7 @@ where
                             state.set(calling.state);
                         }
                         // A rate check after a slot never asks for another slot.
-                        Plan::Busy | Plan::Queue { .. } => {
+                        Plan::Busy | Plan::Queue { .. } | Plan::Unauthorized(_) => {
                             let response = busy(rules.response());
                             return Poll::Ready(Ok(response.map(K::refused)));
                         }

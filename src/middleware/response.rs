@@ -29,6 +29,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Response};
 pub use crate::config::{BodyTemplate, HeaderStyle, ResponseSettings};
 use crate::config::{Rule, RuleSet};
 use crate::decision::Decision;
+use crate::key::Invalid;
 
 /// `Retry-After` values for the first seconds, made once per process and shared.
 fn retry_after_value(seconds: u64) -> HeaderValue {
@@ -240,6 +241,27 @@ pub(crate) fn busy(settings: &ResponseSettings) -> Response<Bytes> {
     let headers = response.headers_mut();
     headers.insert(RETRY_AFTER, retry_after_value(1));
     headers.insert(CONTENT_TYPE, settings.content_type.clone());
+    response
+}
+
+/// The answer to a request whose credential failed under `[identity] on_invalid =
+/// "reject"`: 401 with `WWW-Authenticate: Bearer error="invalid_token"` (RFC 6750), and a
+/// JSON body saying why — never echoing the credential.
+pub(crate) fn unauthorized(invalid: Invalid) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::from(format!(
+        "{{\"error\":\"invalid_credentials\",\"reason\":\"{}\"}}",
+        invalid.reason()
+    )));
+    *response.status_mut() = http::StatusCode::UNAUTHORIZED;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::WWW_AUTHENTICATE,
+        http::HeaderValue::from_static("Bearer error=\"invalid_token\""),
+    );
+    headers.insert(
+        CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     response
 }
 

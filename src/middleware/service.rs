@@ -44,7 +44,7 @@ use super::body::ResponseBody;
 use super::body::{BodyStyle, Wrapped};
 use super::future::{InPlace, PendingCharge, ReadyService as _, ResponseFuture};
 use super::outcome::Outcome;
-use super::response::busy;
+use super::response::{busy, unauthorized};
 use crate::limits::{Limits, Plan};
 use crate::store::{MemoryStore, Store};
 
@@ -183,6 +183,7 @@ where
                 (outcome, charge, permit)
             }
             Plan::Busy => return ResponseFuture::rejected(busy(rules.response())),
+            Plan::Unauthorized(invalid) => return ResponseFuture::rejected(unauthorized(invalid)),
             Plan::Queue { index, wait } => {
                 // A local queue waits max_delay; a shared store's answer is bounded by its own
                 // timeout, so the minute here never runs out first.

@@ -16,6 +16,7 @@ mod config_files;
 mod disk;
 mod fuzz_corpus;
 mod hyper_server;
+mod identity;
 mod in_flight;
 mod key_parts;
 mod layer_http;

@@ -281,10 +281,12 @@ fn every_metric_the_alerts_and_dashboard_name_is_exported_before_any_event() {
     let repository =
         tollgate_testkit::repository::Repository::start("[limits.\"remote\"]\nrate = \"5/s\"\n");
     let main = dir.path().join("gateway.toml");
+    std::fs::write(dir.path().join("keys.toml"), "# no keys issued yet\n").unwrap();
     std::fs::write(
         &main,
         format!(
-            "[limits.\"/\"]\nrate = \"100/min\"\n\
+            "[identity.api_keys]\nmembers = [\"keys.toml\"]\n\
+             [limits.\"/\"]\nrate = \"100/min\"\n\
              [limits.\"llm\"]\nrate = \"1000/min\"\ncost = {{ reserve = 10, from = \"json:/usage/total_tokens\" }}\n\
              [limits.\"chat\"]\nrate = \"1000/min\"\ncost = {{ reserve = 10, from = \"usage\" }}\n\
              [limits.\"held\"]\nrate = \"1/s\"\non_limit = \"delay\"\nmax_delay = \"2s\"\n\
@@ -337,6 +339,7 @@ fn every_metric_the_alerts_and_dashboard_name_is_exported_before_any_event() {
         "tollgate_settled_total{rule=\"llm\",outcome=\"kept\"} 0",
         "tollgate_settled_tokens_total{rule=\"llm\"} 0",
         "tollgate_usage_tokens_total{rule=\"chat\",kind=\"output\"} 0",
+        "tollgate_invalid_credentials_total{reason=\"unknown key\",action=\"anonymous\"} 0",
         "tollgate_config_reload_failures_total 0",
         "tollgate_config_fetch_errors_total 0",
         "tollgate_grpc_requests_total{domain=\"llm\",code=\"over_limit\"} 0",

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::Arc;
 
 use serde::de;
 use toml::Spanned;
@@ -30,7 +31,7 @@ use super::rule::{Origin, Rule, RuleId, display_name};
 use super::rule_set::RuleSet;
 use super::settings::Settings;
 use super::source::SourceText;
-use crate::key::{RouteSettings, normalize_route};
+use crate::key::{ClientSource, RouteSettings, normalize_route};
 
 impl RuleSet {
     /// Parses, validates and compiles config text into a rule set, without a store, a
@@ -95,6 +96,22 @@ impl RuleSet {
         settings
             .plans
             .read_members(&members, previous.map(RuleSet::plans), &mut diagnostics);
+        settings.keys = settings.identity.read_keys(
+            &members,
+            previous.and_then(RuleSet::key_tables),
+            &mut diagnostics,
+        );
+        settings.client.api_keys = settings.keys.as_ref().map(|read| Arc::clone(&read.keys));
+        settings.client.on_invalid = settings.identity.on_invalid;
+        if settings.client.api_keys.is_none()
+            && settings.client.sources.contains(&ClientSource::ApiKey)
+            && let Some(first) = sources.first()
+        {
+            diagnostics.push(first.at(
+                0..0,
+                "[client] sources names \"api_key\", but no [identity.api_keys] table says where keys come from",
+            ));
+        }
 
         // Rules: normalise with the final [key] settings, later files replacing earlier.
         let mut chosen: BTreeMap<String, (&SourceText, &Spanned<String>, &Spanned<RawRule>)> =

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use toml::Spanned;
 
 use super::super::error::Diagnostic;
-use super::super::plans::{MAX_PLAN_NAME, is_plan_name};
+use super::super::members::{MAX_PLAN_NAME, is_plan_name};
 use super::super::raw::RawRule;
 use super::super::rule::Limit;
 use super::super::source::SourceText;

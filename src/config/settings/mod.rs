@@ -33,6 +33,9 @@ pub(super) struct Settings {
     pub(super) reload: ReloadSettings,
     pub(super) plans: super::plans::Plans,
     pub(super) prices: super::money::Prices,
+    pub(super) identity: super::identity::Identity,
+    /// The key tables once read (after every file's settings).
+    pub(super) keys: Option<super::identity::ReadKeys>,
 }
 
 impl Settings {
@@ -79,6 +82,7 @@ impl Settings {
             }
         }
 
+        self.identity.apply(source, &raw.identity, diagnostics);
         if let Some(sources) = &raw.client.sources {
             let mut parsed = Vec::new();
             for item in sources.get_ref() {
@@ -87,7 +91,7 @@ impl Settings {
                     None => diagnostics.push(source.at(
                         item.span(),
                         format!(
-                            "unknown client source \"{}\" (use \"ip\", \"header:NAME\" or \"extension\")",
+                            "unknown client source \"{}\" (use \"ip\", \"header:NAME\", \"extension\" or \"api_key\")",
                             item.get_ref()
                         ),
                     )),
@@ -180,6 +184,9 @@ fn parse_source(text: &str) -> Option<ClientSource> {
     }
     if text == "extension" {
         return Some(ClientSource::Extension);
+    }
+    if text == "api_key" {
+        return Some(ClientSource::ApiKey);
     }
     let name = text.strip_prefix("header:")?.trim();
     HeaderName::from_bytes(name.as_bytes())

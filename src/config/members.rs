@@ -1,0 +1,120 @@
+//! Membership sources: the tables the rules name beside themselves — `[plans] members`
+//! and `[identity.api_keys] members` — resolved to sources the reloader reads and
+//! watches, fingerprinted so a reload of the rules alone reuses what was read; and what a
+//! plan may be called, which both kinds of table check.
+
+use std::path::{Path, PathBuf};
+
+use super::source::{ConfigSource, SourceText};
+
+/// The longest plan name: plans are names an operator writes, not identities.
+pub(crate) const MAX_PLAN_NAME: usize = 64;
+
+/// Whether `name` can name a plan: 1 to [`MAX_PLAN_NAME`] letters, digits, `-`, `_`, `.`.
+pub(crate) fn is_plan_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_PLAN_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// What membership `texts` were read from (source name, text length and hash): a reload of
+/// the rules alone compares these and reuses the tables rather than parse a million rows.
+pub(super) fn fingerprints(texts: &[&SourceText]) -> Vec<(PathBuf, usize, u64)> {
+    texts
+        .iter()
+        .map(|text| {
+            (
+                text.path.clone(),
+                text.text.len(),
+                std::hash::BuildHasher::hash_one(
+                    &foldhash::quality::FixedState::default(),
+                    &text.text,
+                ),
+            )
+        })
+        .collect()
+}
+
+pub(super) fn bad_plan_name(name: &str) -> String {
+    format!(
+        "plan name \"{}\" must be 1 to {MAX_PLAN_NAME} letters, digits, '-', '_' or '.'",
+        name.escape_debug()
+    )
+}
+
+/// A `[plans] members` entry as a source: a URL, or a path relative to the directory of
+/// the file that names it.
+pub(super) fn member_source(
+    declared_in: &Path,
+    remote: bool,
+    entry: &str,
+) -> Result<ConfigSource, String> {
+    let entry = entry.trim();
+    if entry.is_empty() {
+        return Err("a membership source must name a file or a URL".to_owned());
+    }
+    let path = Path::new(entry);
+    let source = ConfigSource::parse(path).map_err(|error| error.to_string())?;
+    Ok(match source {
+        ConfigSource::File(path) if path.is_relative() && !remote => {
+            let base = declared_in.parent().unwrap_or(Path::new(""));
+            ConfigSource::File(base.join(path))
+        }
+        other => other,
+    })
+}
+
+/// The membership sources `texts` (rule files, in layering order) name: the last
+/// `[plans] members` written wins. What the reloader reads besides the rules; a text that
+/// does not parse names none (compiling it says why).
+pub(crate) fn membership_sources(texts: &[SourceText]) -> Vec<ConfigSource> {
+    #[derive(serde::Deserialize)]
+    struct Document {
+        plans: Option<Members>,
+        identity: Option<IdentityTable>,
+    }
+    #[derive(serde::Deserialize)]
+    struct IdentityTable {
+        api_keys: Option<Members>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Members {
+        members: Option<Vec<String>>,
+    }
+    let mut plans: Vec<ConfigSource> = Vec::new();
+    let mut keys: Vec<ConfigSource> = Vec::new();
+    for text in texts.iter().filter(|text| !text.members && !text.is_yaml()) {
+        let Ok(document) = toml::from_str::<Document>(&text.text) else {
+            continue;
+        };
+        let resolve = |members: &[String]| -> Vec<ConfigSource> {
+            members
+                .iter()
+                .filter_map(|entry| member_source(&text.path, text.remote, entry).ok())
+                .collect()
+        };
+        if let Some(Members {
+            members: Some(members),
+        }) = &document.plans
+        {
+            plans = resolve(members);
+        }
+        if let Some(IdentityTable {
+            api_keys: Some(Members {
+                members: Some(members),
+            }),
+        }) = &document.identity
+        {
+            keys = resolve(members);
+        }
+    }
+    // Plan tables, then key tables; a source both name is read once.
+    for source in keys {
+        if !plans.contains(&source) {
+            plans.push(source);
+        }
+    }
+    plans
+}
