@@ -85,10 +85,11 @@ impl std::str::FromStr for AlsoBy {
                     | KeyPart::Header(_)
                     | KeyPart::Query(_)
                     | KeyPart::Cookie(_)
-                    | KeyPart::Json(_)),
+                    | KeyPart::Json(_)
+                    | KeyPart::Jwt(_)),
                 ) => Ok(AlsoBy::Part(part)),
                 Ok(_) | Err(_) => Err(format!(
-                    "per = \"{other}\" must be \"client\", \"global\" or a key part: \"host\", \"method\", \"header:NAME\", \"query:NAME\", \"cookie:NAME\" or \"json:/pointer\""
+                    "per = \"{other}\" must be \"client\", \"global\" or a key part: \"host\", \"method\", \"header:NAME\", \"query:NAME\", \"cookie:NAME\", \"json:/pointer\" or \"jwt:CLAIM\""
                 )),
             },
         }

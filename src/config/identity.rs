@@ -26,7 +26,9 @@ use toml::Spanned;
 
 use super::error::Diagnostic;
 use super::source::{ConfigSource, SourceText};
-use crate::key::{ApiKeyOwner, ApiKeys, MAX_HEADER_IDENTITY, OnInvalid};
+use crate::key::{
+    ApiKeyOwner, ApiKeys, JwtSettings, JwtVerifier, MAX_HEADER_IDENTITY, OnInvalid, TokenFrom,
+};
 
 /// `[identity]`.
 #[derive(Debug, Default, Deserialize)]
@@ -39,6 +41,34 @@ pub(crate) struct RawIdentity {
     pub(crate) on_invalid: Option<Spanned<String>>,
     /// API keys: the header they come in, and the tables of their digests.
     pub(crate) api_keys: Option<RawApiKeys>,
+    /// JSON Web Tokens: where their keys come from and what they must say.
+    pub(crate) jwt: Option<RawJwt>,
+}
+
+/// `[identity.jwt]`.
+#[derive(Debug, Default, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawJwt {
+    /// A JSON Web Key Set file (relative to the file naming it), watched like the config.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) jwks_file: Option<Spanned<String>>,
+    /// An environment variable holding an HS256 secret (at least 32 bytes).
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) secret_env: Option<Spanned<String>>,
+    /// `iss` must be this.
+    pub(crate) issuer: Option<String>,
+    /// `aud` must include this.
+    pub(crate) audience: Option<String>,
+    /// The algorithms accepted (default RS256, ES256, EdDSA with a key set; HS256 with a secret).
+    #[cfg_attr(feature = "schema", schemars(with = "Option<Vec<String>>"))]
+    pub(crate) algorithms: Option<Spanned<Vec<String>>>,
+    /// Clock skew allowed on exp and nbf (default "30s").
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) leeway: Option<Spanned<String>>,
+    /// Where the token is read: "bearer" (the default), "header:NAME" or "cookie:NAME".
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) token: Option<Spanned<String>>,
 }
 
 /// `[identity.api_keys]`.
@@ -59,6 +89,22 @@ pub(crate) struct RawApiKeys {
 pub(crate) struct Identity {
     pub(crate) on_invalid: OnInvalid,
     api_keys: Option<KeySettings>,
+    jwt: Option<JwtConfig>,
+}
+
+/// `[identity.jwt]` folded: the verifier's settings and where its keys come from.
+#[derive(Debug)]
+struct JwtConfig {
+    settings: JwtSettings,
+    keys: JwtKeys,
+}
+
+#[derive(Debug)]
+enum JwtKeys {
+    /// An HS256 secret from this environment variable.
+    SecretEnv(String),
+    /// A key set from this source.
+    Jwks(ConfigSource),
 }
 
 #[derive(Debug)]
@@ -96,6 +142,9 @@ impl Identity {
                 )),
             }
         }
+        if let Some(jwt) = &raw.jwt {
+            self.apply_jwt(source, jwt, diagnostics);
+        }
         let Some(raw_keys) = &raw.api_keys else {
             return;
         };
@@ -122,6 +171,153 @@ impl Identity {
                     Ok(member) => settings.sources.push(member),
                     Err(reason) => diagnostics.push(source.at(item.span(), reason)),
                 }
+            }
+        }
+    }
+
+    /// Folds `[identity.jwt]` (a file's table replaces an earlier file's whole).
+    fn apply_jwt(&mut self, source: &SourceText, raw: &RawJwt, diagnostics: &mut Vec<Diagnostic>) {
+        let before = diagnostics.len();
+        let mut settings = JwtSettings {
+            issuer: raw.issuer.clone(),
+            audience: raw.audience.clone(),
+            ..JwtSettings::default()
+        };
+        if let Some(algorithms) = &raw.algorithms {
+            for name in algorithms.get_ref() {
+                if name.eq_ignore_ascii_case("none") {
+                    diagnostics.push(source.at(
+                        algorithms.span(),
+                        "algorithm \"none\" is never accepted: an unsigned token proves nothing",
+                    ));
+                }
+            }
+            settings.algorithms = algorithms.get_ref().clone();
+        }
+        if let Some(leeway) = &raw.leeway {
+            match crate::quota::parse_duration(leeway.get_ref()) {
+                Some(duration) if duration.as_secs() <= 3600 => {
+                    settings.leeway = duration.as_secs()
+                }
+                _ => diagnostics.push(source.at(
+                    leeway.span(),
+                    format!(
+                        "leeway must be a duration up to \"1h\" such as \"30s\", found \"{}\"",
+                        leeway.get_ref().escape_debug()
+                    ),
+                )),
+            }
+        }
+        if let Some(token) = &raw.token {
+            match TokenFrom::parse(token.get_ref()) {
+                Some(from) => settings.token = from,
+                None => diagnostics.push(source.at(
+                    token.span(),
+                    format!(
+                        "token must be \"bearer\", \"header:NAME\" or \"cookie:NAME\", found \"{}\"",
+                        token.get_ref().escape_debug()
+                    ),
+                )),
+            }
+        }
+        let keys = match (&raw.jwks_file, &raw.secret_env) {
+            (Some(file), None) => {
+                match super::members::member_source(&source.path, source.remote, file.get_ref()) {
+                    Ok(ConfigSource::File(path)) => Some(JwtKeys::Jwks(ConfigSource::File(path))),
+                    Ok(_) => {
+                        diagnostics.push(source.at(
+                            file.span(),
+                            "jwks_file names a file; a key set at a URL (jwks_url) is not served yet",
+                        ));
+                        None
+                    }
+                    Err(reason) => {
+                        diagnostics.push(source.at(file.span(), reason));
+                        None
+                    }
+                }
+            }
+            (None, Some(name)) if super::env::is_env_name(name.get_ref()) => {
+                Some(JwtKeys::SecretEnv(name.get_ref().clone()))
+            }
+            (None, Some(name)) => {
+                diagnostics.push(source.at(
+                    name.span(),
+                    format!(
+                        "secret_env must name an environment variable, found \"{}\"",
+                        name.get_ref().escape_debug()
+                    ),
+                ));
+                None
+            }
+            _ => {
+                diagnostics.push(source.at(
+                    0..0,
+                    "[identity.jwt] needs exactly one of jwks_file or secret_env",
+                ));
+                None
+            }
+        };
+        if diagnostics.len() == before
+            && let Some(keys) = keys
+        {
+            self.jwt = Some(JwtConfig { settings, keys });
+        }
+    }
+
+    /// The token verifier `[identity.jwt]` describes, its key set read from `texts`;
+    /// `None` without the table or (with `diagnostics` saying why) when it cannot be made.
+    pub(super) fn read_jwt(
+        &self,
+        texts: &[&SourceText],
+        rules_file: &std::path::Path,
+        diagnostics: &mut Vec<Diagnostic>,
+    ) -> Option<Arc<JwtVerifier>> {
+        let config = self.jwt.as_ref()?;
+        let made = match &config.keys {
+            JwtKeys::SecretEnv(name) => match std::env::var(name) {
+                Ok(secret) => JwtVerifier::from_secret(secret.as_bytes(), &config.settings)
+                    .map_err(|reason| {
+                        (
+                            rules_file.to_path_buf(),
+                            format!("[identity.jwt] secret_env {name}: {reason}"),
+                        )
+                    }),
+                Err(_) => Err((
+                    rules_file.to_path_buf(),
+                    format!(
+                        "[identity.jwt] secret_env: the environment variable {name} is not set"
+                    ),
+                )),
+            },
+            JwtKeys::Jwks(source) => match texts.iter().find(|text| text.path == source.name()) {
+                Some(text) => match JwtVerifier::from_jwks(&text.text, &config.settings) {
+                    Ok((verifier, skipped)) => {
+                        for problem in skipped {
+                            tracing::warn!(file = %text.path.display(), %problem, "a key of the key set is skipped");
+                        }
+                        Ok(verifier)
+                    }
+                    Err(reason) => Err((text.path.clone(), reason)),
+                },
+                None => Err((
+                    source.name().to_path_buf(),
+                    "named in [identity.jwt] jwks_file but not read (config given as text \
+                     reads no other files: load the config from files)"
+                        .to_owned(),
+                )),
+            },
+        };
+        match made {
+            Ok(verifier) => Some(Arc::new(verifier)),
+            Err((file, message)) => {
+                diagnostics.push(Diagnostic {
+                    file,
+                    line: 0,
+                    column: 0,
+                    message,
+                });
+                None
             }
         }
     }

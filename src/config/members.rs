@@ -1,5 +1,5 @@
-//! Membership sources: the tables the rules name beside themselves — `[plans] members`
-//! and `[identity.api_keys] members` — resolved to sources the reloader reads and
+//! Membership sources: the tables the rules name beside themselves — `[plans] members`,
+//! `[identity.api_keys] members` and `[identity.jwt] jwks_file` — resolved to sources the reloader reads and
 //! watches, fingerprinted so a reload of the rules alone reuses what was read; and what a
 //! plan may be called, which both kinds of table check.
 
@@ -78,6 +78,11 @@ pub(crate) fn membership_sources(texts: &[SourceText]) -> Vec<ConfigSource> {
     #[derive(serde::Deserialize)]
     struct IdentityTable {
         api_keys: Option<Members>,
+        jwt: Option<Jwt>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Jwt {
+        jwks_file: Option<String>,
     }
     #[derive(serde::Deserialize)]
     struct Members {
@@ -85,6 +90,7 @@ pub(crate) fn membership_sources(texts: &[SourceText]) -> Vec<ConfigSource> {
     }
     let mut plans: Vec<ConfigSource> = Vec::new();
     let mut keys: Vec<ConfigSource> = Vec::new();
+    let mut jwks: Option<ConfigSource> = None;
     for text in texts.iter().filter(|text| !text.members && !text.is_yaml()) {
         let Ok(document) = toml::from_str::<Document>(&text.text) else {
             continue;
@@ -105,11 +111,22 @@ pub(crate) fn membership_sources(texts: &[SourceText]) -> Vec<ConfigSource> {
             api_keys: Some(Members {
                 members: Some(members),
             }),
+            ..
         }) = &document.identity
         {
             keys = resolve(members);
         }
+        if let Some(IdentityTable {
+            jwt: Some(Jwt {
+                jwks_file: Some(file),
+            }),
+            ..
+        }) = &document.identity
+        {
+            jwks = member_source(&text.path, text.remote, file).ok();
+        }
     }
+    keys.extend(jwks);
     // Plan tables, then key tables; a source both name is read once.
     for source in keys {
         if !plans.contains(&source) {

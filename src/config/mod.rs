@@ -22,6 +22,7 @@ mod changes;
 mod compile;
 mod cost;
 #[cfg(feature = "yaml")]
+mod env;
 mod envoy_yaml;
 mod error;
 mod explain;

@@ -26,7 +26,8 @@ use super::members::{bad_plan_name, fingerprints, is_plan_name, member_source};
 use super::raw::RawPlans;
 use super::source::{ConfigSource, SourceText};
 use crate::key::{
-    ClientSettings, MAX_HEADER_IDENTITY, Plan, Presented, encode_segment, from_trusted_proxy,
+    ClientSettings, MAX_HEADER_IDENTITY, Plan, Presented, Verified, encode_segment,
+    from_trusted_proxy,
 };
 
 /// The most bytes a membership file or document may hold: a million identities of
@@ -48,6 +49,8 @@ pub const MAX_MEMBERS_BYTES: u64 = 256 * 1024 * 1024;
 pub struct Plans {
     default: Option<Arc<str>>,
     header: Option<HeaderName>,
+    /// `[plans] claim`: the verified token's claim naming the plan.
+    claim: Option<String>,
     /// The membership sources, resolved (relative paths against the file naming them).
     sources: Vec<ConfigSource>,
     members: Arc<Members>,
@@ -63,6 +66,8 @@ pub enum PlanSource {
     Header,
     /// A row of a `[plans] members` table.
     Members,
+    /// `[plans] claim`: a claim of the verified token.
+    Claim,
     /// The plan of the request's known API key (`[identity.api_keys]`).
     ApiKey,
     /// `[plans] default`.
@@ -77,6 +82,7 @@ impl fmt::Display for PlanSource {
             PlanSource::Extension => "extension",
             PlanSource::Header => "header",
             PlanSource::Members => "members",
+            PlanSource::Claim => "claim",
             PlanSource::ApiKey => "api_key",
             PlanSource::Default => "default",
             PlanSource::Caller => "caller",
@@ -161,6 +167,13 @@ impl Plans {
         if let Some(Plan(plan)) = request.extensions().get::<Plan>() {
             return Some((Cow::Borrowed(&**plan), PlanSource::Extension));
         }
+        if let Some(claim) = &self.claim
+            && let Some(Verified::Valid(claims)) = request.extensions().get::<Verified>()
+            && let Some(plan) = claims.get(claim)
+            && is_plan_name(&plan)
+        {
+            return Some((Cow::Owned(plan.into_owned()), PlanSource::Claim));
+        }
         if let Some(keys) = &client.api_keys
             && keys.any_plan()
             && let Presented::Known(owner) = keys.presented(request)
@@ -206,6 +219,17 @@ impl Plans {
                 self.default = Some(Arc::from(default.get_ref().as_str()));
             } else {
                 diagnostics.push(source.at(default.span(), bad_plan_name(default.get_ref())));
+            }
+        }
+        if let Some(claim) = &raw.claim {
+            let name = claim.get_ref().trim();
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic()) {
+                diagnostics.push(source.at(
+                    claim.span(),
+                    "claim must name a token claim, such as \"plan\"",
+                ));
+            } else {
+                self.claim = Some(name.to_owned());
             }
         }
         if let Some(header) = &raw.header {

@@ -80,6 +80,9 @@ pub(crate) struct RawPlans {
     /// Membership files or URLs: TOML tables of identity = "plan".
     #[cfg_attr(feature = "schema", schemars(with = "Option<Vec<String>>"))]
     pub(crate) members: Option<Spanned<Vec<Spanned<String>>>>,
+    /// A claim of the verified token (`[identity.jwt]`) naming the client's plan.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) claim: Option<Spanned<String>>,
     /// A header a trusted authenticator sets to the client's plan, believed only from
     /// `[client] trusted_proxies`.
     #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]

@@ -17,9 +17,9 @@
 //! ```
 
 use std::collections::HashMap;
-use std::fmt;
 
 use http::{HeaderName, Request};
+
 use sha2::{Digest as _, Sha256};
 
 /// A key's SHA-256 digest.
@@ -42,56 +42,6 @@ impl ApiKeyOwner {
             id: id.into(),
             plan,
         }
-    }
-}
-
-/// What to do with a credential that fails: `[identity] on_invalid`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum OnInvalid {
-    /// As if it were absent: the next `[client] sources` entry decides (the default).
-    #[default]
-    Anonymous,
-    /// Answer 401 with `WWW-Authenticate: Bearer error="invalid_token"`; nothing charged.
-    Reject,
-}
-
-impl OnInvalid {
-    /// As written in config: `anonymous` or `reject`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnInvalid::Anonymous => "anonymous",
-            OnInvalid::Reject => "reject",
-        }
-    }
-}
-
-impl fmt::Display for OnInvalid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Why a presented credential was not believed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Invalid {
-    /// An API key no key table names.
-    UnknownKey,
-}
-
-impl Invalid {
-    /// The `reason` label of `tollgate_invalid_credentials_total`.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Invalid::UnknownKey => "unknown key",
-        }
-    }
-}
-
-impl fmt::Display for Invalid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.reason())
     }
 }
 

@@ -18,6 +18,8 @@
 //! - `api_key`: the `id` of the [API key](ApiKeys) the request presents, if the key tables
 //!   name it. A key nobody issued is invalid: by `on_invalid`, the next source decides
 //!   (so an invented key is counted by address) or the request is refused with 401.
+//! - `jwt:CLAIM`: a claim (a string, number or boolean) of the request's verified token
+//!   (`[identity.jwt]`); a token that fails is invalid, as an unknown key is.
 //!
 //! # Unidentified requests
 //!
@@ -47,8 +49,11 @@ use percent_encoding::{AsciiSet, CONTROLS, percent_encode};
 use std::sync::Arc;
 
 use super::TrustedProxies;
-use super::api_keys::{ApiKeys, Invalid, OnInvalid, Presented};
+use super::api_keys::{ApiKeys, Presented};
 use super::forwarded::client_address;
+use super::invalid::{Invalid, OnInvalid};
+use super::jwt::{JwtVerifier, verified};
+use super::verified::Verified;
 
 /// The longest header value used as an identity; longer values are skipped.
 pub const MAX_HEADER_IDENTITY: usize = 256;
@@ -153,6 +158,8 @@ pub enum ClientSource {
     Extension,
     /// `"api_key"`: the id of the known API key the request presents.
     ApiKey,
+    /// `"jwt:CLAIM"`: a claim of the request's verified token.
+    Jwt(String),
 }
 
 impl fmt::Display for ClientSource {
@@ -162,6 +169,7 @@ impl fmt::Display for ClientSource {
             ClientSource::Header(name) => write!(f, "header:{name}"),
             ClientSource::Extension => f.write_str("extension"),
             ClientSource::ApiKey => f.write_str("api_key"),
+            ClientSource::Jwt(claim) => write!(f, "jwt:{claim}"),
         }
     }
 }
@@ -178,6 +186,8 @@ pub struct ClientSettings {
     pub ipv6_prefix: u8,
     /// The API keys issued (`[identity.api_keys]`), for the `api_key` source.
     pub api_keys: Option<Arc<ApiKeys>>,
+    /// The token verifier (`[identity.jwt]`), for `jwt:CLAIM` sources.
+    pub jwt: Option<Arc<JwtVerifier>>,
     /// What a credential that fails does (`[identity] on_invalid`).
     pub on_invalid: OnInvalid,
 }
@@ -189,6 +199,7 @@ impl Default for ClientSettings {
             trusted_proxies: TrustedProxies::default(),
             ipv6_prefix: 64,
             api_keys: None,
+            jwt: None,
             on_invalid: OnInvalid::Anonymous,
         }
     }
@@ -262,6 +273,27 @@ impl<'a> Client<'a> {
                     }
                     Some(Presented::Absent | Presented::Known(_)) | None => {}
                 },
+                ClientSource::Jwt(claim) => {
+                    let Some(verifier) = settings.jwt.as_deref() else {
+                        continue;
+                    };
+                    match &*verified(request, verifier) {
+                        Verified::Valid(claims) => {
+                            if let Some(value) = claims.get(claim)
+                                && !value.is_empty()
+                                && value.len() <= MAX_HEADER_IDENTITY
+                            {
+                                let id: Cow<'_, str> =
+                                    percent_encode(value.as_bytes(), SEGMENT_UNSAFE).into();
+                                return (Client::Key(Cow::Owned(id.into_owned())), invalid);
+                            }
+                        }
+                        Verified::Invalid(reason) => {
+                            invalid.get_or_insert(*reason);
+                        }
+                        Verified::Absent => {}
+                    }
+                }
             }
         }
         (Client::Unknown, invalid)

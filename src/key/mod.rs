@@ -11,11 +11,15 @@
 mod api_keys;
 mod body;
 mod client;
+mod cookie;
 mod forwarded;
+mod invalid;
+mod jwt;
 mod parts;
 mod path;
+mod verified;
 
-pub use api_keys::{ApiKeyOwner, ApiKeys, Invalid, KeyDigest, OnInvalid, Presented};
+pub use api_keys::{ApiKeyOwner, ApiKeys, KeyDigest, Presented};
 pub use body::{BodyProblem, MAX_REQUEST_JSON, RequestJson};
 pub use client::{
     Client, ClientId, ClientSettings, ClientSource, MAX_HEADER_IDENTITY, PeerAddr, Plan,
@@ -23,6 +27,9 @@ pub use client::{
 };
 pub(crate) use client::{SegmentBuffer, from_trusted_proxy};
 pub use forwarded::TrustedProxies;
+pub use invalid::{Invalid, OnInvalid};
+pub use jwt::{JwtSettings, JwtVerifier, MAX_TOKEN, TokenFrom};
 pub(crate) use parts::part_value;
 pub use parts::{ABSENT, KeyPart, KeyParts, KeyPartsError, MAX_PART};
 pub use path::{RouteSettings, normalize_route};
+pub use verified::{Claims, Verified};

@@ -54,6 +54,8 @@ use percent_encoding::percent_encode;
 
 use super::body::RequestJson;
 use super::client::SEGMENT_UNSAFE;
+use super::cookie::cookie;
+use super::verified::Verified;
 
 /// The longest value a part keeps, in bytes; longer values are cut to it.
 pub const MAX_PART: usize = 256;
@@ -81,6 +83,8 @@ pub enum KeyPart {
     Cookie(String),
     /// `"json:/pointer"`: a string, number or boolean of the request's JSON body.
     Json(String),
+    /// `"jwt:CLAIM"`: a claim of the request's verified token (`[identity.jwt]`).
+    Jwt(String),
 }
 
 impl fmt::Display for KeyPart {
@@ -94,6 +98,7 @@ impl fmt::Display for KeyPart {
             KeyPart::Query(name) => write!(f, "query:{name}"),
             KeyPart::Cookie(name) => write!(f, "cookie:{name}"),
             KeyPart::Json(pointer) => write!(f, "json:{pointer}"),
+            KeyPart::Jwt(claim) => write!(f, "jwt:{claim}"),
         }
     }
 }
@@ -104,7 +109,7 @@ impl fmt::Display for KeyPart {
 pub enum KeyPartsError {
     /// A part that is none of the known ones.
     #[error(
-        "unknown key part \"{0}\" (use route, client, method, host, header:NAME, query:NAME, cookie:NAME or json:/pointer)"
+        "unknown key part \"{0}\" (use route, client, method, host, header:NAME, query:NAME, cookie:NAME, json:/pointer or jwt:CLAIM)"
     )]
     Unknown(String),
     /// `header:`, `query:` or `cookie:` without a name, or with one that cannot be.
@@ -146,7 +151,7 @@ impl FromStr for KeyPart {
             "client" => return Ok(KeyPart::Client),
             "method" => return Ok(KeyPart::Method),
             "host" => return Ok(KeyPart::Host),
-            "header" | "query" | "cookie" => {
+            "header" | "query" | "cookie" | "jwt" => {
                 return Err(KeyPartsError::Unnamed(text.to_owned(), kind_of(text)));
             }
             _ => {}
@@ -163,6 +168,9 @@ impl FromStr for KeyPart {
         if let Some(name) = named("cookie") {
             return name.map(KeyPart::Cookie);
         }
+        if let Some(name) = named("jwt") {
+            return name.map(KeyPart::Jwt);
+        }
         match text.strip_prefix("json:").map(str::trim) {
             Some(p) if p.starts_with('/') && !p.contains(char::is_whitespace) => {
                 Ok(KeyPart::Json(p.to_owned()))
@@ -174,7 +182,7 @@ impl FromStr for KeyPart {
 }
 
 fn kind_of(text: &str) -> &'static str {
-    ["header", "query"]
+    ["header", "query", "jwt"]
         .into_iter()
         .find(|k| *k == text)
         .unwrap_or("cookie")
@@ -388,6 +396,14 @@ pub(crate) fn part_value<'r, B>(part: &KeyPart, request: &'r Request<B>) -> Cow<
             json.and_then(|json| json.value(pointer))
                 .map_or(Cow::Borrowed(ABSENT), |value| segment(value.as_bytes()))
         }
+        // What the layer verified (`Limits::verify_identity` for other callers).
+        KeyPart::Jwt(claim) => match request.extensions().get::<Verified>() {
+            Some(Verified::Valid(claims)) => match claims.get(claim) {
+                Some(value) => Cow::Owned(segment(value.as_bytes()).into_owned()),
+                None => Cow::Borrowed(ABSENT),
+            },
+            _ => Cow::Borrowed(ABSENT),
+        },
     }
 }
 
@@ -413,26 +429,6 @@ fn host<B>(request: &Request<B>) -> Option<&str> {
     };
     let host = host.strip_suffix('.').unwrap_or(host);
     (!host.is_empty()).then_some(host)
-}
-
-/// The value of cookie `name` among the request's `Cookie` headers (quotes removed).
-fn cookie<'r, B>(request: &'r Request<B>, name: &str) -> Option<&'r [u8]> {
-    request
-        .headers()
-        .get_all(http::header::COOKIE)
-        .iter()
-        .flat_map(|header| header.as_bytes().split(|&b| b == b';'))
-        .find_map(|pair| {
-            let at = pair.iter().position(|&b| b == b'=')?;
-            let (key, value) = (pair[..at].trim_ascii(), &pair[at + 1..]);
-            (key == name.as_bytes()).then(|| {
-                let value = value.trim_ascii();
-                value
-                    .strip_prefix(b"\"")
-                    .and_then(|v| v.strip_suffix(b"\""))
-                    .unwrap_or(value)
-            })
-        })
 }
 
 /// `bytes` as one key segment: empty is absent (`-`), a literal `-` is `%2D`, cut to

@@ -48,10 +48,20 @@ impl Active {
                 })
             })
             .collect();
-        if rules.client_settings().api_keys.is_some() {
-            // Made now, so the series exists at 0 before the first invented key.
-            let action = rules.client_settings().on_invalid.as_str();
-            let _ = metrics::counter!("tollgate_invalid_credentials_total", "reason" => crate::key::Invalid::UnknownKey.reason(), "action" => action);
+        {
+            // Made now, so each series exists at 0 before the first failed credential.
+            let client = rules.client_settings();
+            let action = client.on_invalid.as_str();
+            let reasons = crate::key::Invalid::ALL.into_iter().filter(|reason| {
+                if *reason == crate::key::Invalid::UnknownKey {
+                    client.api_keys.is_some()
+                } else {
+                    client.jwt.is_some()
+                }
+            });
+            for reason in reasons {
+                let _ = metrics::counter!("tollgate_invalid_credentials_total", "reason" => reason.reason(), "action" => action);
+            }
         }
         let capacity = rules.store().max_buckets;
         let tuning = rules

@@ -254,6 +254,17 @@ impl<St: Store> Limits<St> {
         }
     }
 
+    /// Verifies `request`'s token as the layer does (`[identity.jwt]`) and keeps what was
+    /// found in its extensions, for [`check_request`](Limits::check_request) and `jwt:`
+    /// key parts; nothing without `[identity.jwt]`.
+    pub fn verify_identity<B>(&self, request: &mut Request<B>) {
+        let rules = self.active();
+        if let Some(verifier) = &rules.client_settings().jwt {
+            let verified = verifier.verify(request);
+            request.extensions_mut().insert(verified);
+        }
+    }
+
     /// Takes a `count_status` request's tokens now that its response counts: from the
     /// bucket of the rule at `index` of `rules` (the set that decided it), and its
     /// candidates'.

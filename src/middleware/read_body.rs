@@ -59,7 +59,10 @@ use crate::key::{BodyProblem, MAX_REQUEST_JSON, RequestJson};
 use crate::limits::Limits;
 use crate::store::{MemoryStore, Store};
 
-/// Reads a request's JSON body for the rules that need it; see the [module](self).
+/// Reads a request's JSON body for the rules that need it — a `json:` key part or an
+/// estimate — up to [`MAX_REQUEST_JSON`] (1 MiB), walks it once into a [`RequestJson`] in
+/// the request's extensions, and forwards the same bytes. Put it outside
+/// [`RateLimitLayer`](crate::RateLimitLayer); while no rule needs a body it reads none.
 ///
 /// `K` says what body the inner service receives: [`Replayed`] (a [`ReplayBody`], any
 /// body type) unless [`axum_body`](ReadBodyLayer::axum_body) chose axum's own `Body`.

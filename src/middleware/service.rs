@@ -152,9 +152,14 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         let timer = DecisionTimer::sample();
         let rules = self.limits.active();
+        // Verified once, here: every source, key part and plan reads what was found.
+        if let Some(verifier) = &rules.client_settings().jwt {
+            let verified = verifier.verify(&request);
+            request.extensions_mut().insert(verified);
+        }
         let (outcome, charge, permit) = match self.limits.plan(&rules, &request) {
             Plan::Pass(permit) => (Outcome::Admit(None), None, permit),
             Plan::Check {

@@ -18,6 +18,7 @@ mod fuzz_corpus;
 mod hyper_server;
 mod identity;
 mod in_flight;
+mod jwt;
 mod key_parts;
 mod layer_http;
 mod llm;

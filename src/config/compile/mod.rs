@@ -103,6 +103,29 @@ impl RuleSet {
         );
         settings.client.api_keys = settings.keys.as_ref().map(|read| Arc::clone(&read.keys));
         settings.client.on_invalid = settings.identity.on_invalid;
+        let rules_file = sources
+            .first()
+            .map(|source| source.path.clone())
+            .unwrap_or_default();
+        settings.client.jwt = settings
+            .identity
+            .read_jwt(&members, &rules_file, &mut diagnostics);
+        for (needed, source) in settings
+            .client
+            .sources
+            .iter()
+            .filter_map(|source| match source {
+                ClientSource::Jwt(_) => Some((settings.client.jwt.is_none(), source)),
+                _ => None,
+            })
+        {
+            if needed && let Some(first) = sources.first() {
+                diagnostics.push(first.at(
+                    0..0,
+                    format!("[client] sources names \"{source}\", but no [identity.jwt] table says how tokens are verified"),
+                ));
+            }
+        }
         if settings.client.api_keys.is_none()
             && settings.client.sources.contains(&ClientSource::ApiKey)
             && let Some(first) = sources.first()

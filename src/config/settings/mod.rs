@@ -17,6 +17,7 @@ pub use store::{
 use http::HeaderName;
 use ipnet::IpNet;
 
+pub(super) use super::env::is_env_name;
 use super::error::Diagnostic;
 use super::raw::RawFile;
 
@@ -91,7 +92,7 @@ impl Settings {
                     None => diagnostics.push(source.at(
                         item.span(),
                         format!(
-                            "unknown client source \"{}\" (use \"ip\", \"header:NAME\", \"extension\" or \"api_key\")",
+                            "unknown client source \"{}\" (use \"ip\", \"header:NAME\", \"extension\", \"api_key\" or \"jwt:CLAIM\")",
                             item.get_ref()
                         ),
                     )),
@@ -188,6 +189,11 @@ fn parse_source(text: &str) -> Option<ClientSource> {
     if text == "api_key" {
         return Some(ClientSource::ApiKey);
     }
+    if let Some(claim) = text.strip_prefix("jwt:") {
+        let claim = claim.trim();
+        return (!claim.is_empty() && claim.bytes().all(|b| b.is_ascii_graphic()))
+            .then(|| ClientSource::Jwt(claim.to_owned()));
+    }
     let name = text.strip_prefix("header:")?.trim();
     HeaderName::from_bytes(name.as_bytes())
         .ok()
@@ -200,13 +206,4 @@ fn parse_network(text: &str) -> Option<IpNet> {
         .map(|net| net.trunc())
         .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
         .ok()
-}
-
-/// Whether `text` can name an environment variable: a letter or `_`, then letters, digits
-/// and `_`.
-pub(super) fn is_env_name(text: &str) -> bool {
-    text.chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
