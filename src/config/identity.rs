@@ -50,6 +50,10 @@ pub(crate) struct RawIdentity {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawJwt {
+    /// A JSON Web Key Set at an https URL, fetched like remote config (conditional
+    /// requests, the last good set kept) and again, at most every 30 s, on an unknown kid.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
+    pub(crate) jwks_url: Option<Spanned<String>>,
     /// A JSON Web Key Set file (relative to the file naming it), watched like the config.
     #[cfg_attr(feature = "schema", schemars(with = "Option<String>"))]
     pub(crate) jwks_file: Option<Spanned<String>>,
@@ -220,15 +224,14 @@ impl Identity {
                 )),
             }
         }
-        let keys = match (&raw.jwks_file, &raw.secret_env) {
-            (Some(file), None) => {
+        let keys = match (&raw.jwks_file, &raw.jwks_url, &raw.secret_env) {
+            (Some(file), None, None) => {
                 match super::members::member_source(&source.path, source.remote, file.get_ref()) {
                     Ok(ConfigSource::File(path)) => Some(JwtKeys::Jwks(ConfigSource::File(path))),
                     Ok(_) => {
-                        diagnostics.push(source.at(
-                            file.span(),
-                            "jwks_file names a file; a key set at a URL (jwks_url) is not served yet",
-                        ));
+                        diagnostics.push(
+                            source.at(file.span(), "jwks_file names a file; put a URL in jwks_url"),
+                        );
                         None
                     }
                     Err(reason) => {
@@ -237,10 +240,17 @@ impl Identity {
                     }
                 }
             }
-            (None, Some(name)) if super::env::is_env_name(name.get_ref()) => {
+            (None, Some(url), None) => match super::members::jwks_url(url.get_ref()) {
+                Ok(url) => Some(JwtKeys::Jwks(url)),
+                Err(reason) => {
+                    diagnostics.push(source.at(url.span(), reason));
+                    None
+                }
+            },
+            (None, None, Some(name)) if super::env::is_env_name(name.get_ref()) => {
                 Some(JwtKeys::SecretEnv(name.get_ref().clone()))
             }
-            (None, Some(name)) => {
+            (None, None, Some(name)) => {
                 diagnostics.push(source.at(
                     name.span(),
                     format!(
@@ -253,7 +263,7 @@ impl Identity {
             _ => {
                 diagnostics.push(source.at(
                     0..0,
-                    "[identity.jwt] needs exactly one of jwks_file or secret_env",
+                    "[identity.jwt] needs exactly one of jwks_url, jwks_file or secret_env",
                 ));
                 None
             }
@@ -292,7 +302,10 @@ impl Identity {
             },
             JwtKeys::Jwks(source) => match texts.iter().find(|text| text.path == source.name()) {
                 Some(text) => match JwtVerifier::from_jwks(&text.text, &config.settings) {
-                    Ok((verifier, skipped)) => {
+                    Ok((mut verifier, skipped)) => {
+                        if source.is_remote() {
+                            verifier.refresh_on_unknown_kid();
+                        }
                         for problem in skipped {
                             tracing::warn!(file = %text.path.display(), %problem, "a key of the key set is skipped");
                         }
@@ -302,7 +315,7 @@ impl Identity {
                 },
                 None => Err((
                     source.name().to_path_buf(),
-                    "named in [identity.jwt] jwks_file but not read (config given as text \
+                    "named in [identity.jwt] but not read (config given as text \
                      reads no other files: load the config from files)"
                         .to_owned(),
                 )),

@@ -1,5 +1,5 @@
 //! Membership sources: the tables the rules name beside themselves — `[plans] members`,
-//! `[identity.api_keys] members` and `[identity.jwt] jwks_file` — resolved to sources the reloader reads and
+//! `[identity.api_keys] members` and `[identity.jwt]`'s key set — resolved to sources the reloader reads and
 //! watches, fingerprinted so a reload of the rules alone reuses what was read; and what a
 //! plan may be called, which both kinds of table check.
 
@@ -83,6 +83,7 @@ pub(crate) fn membership_sources(texts: &[SourceText]) -> Vec<ConfigSource> {
     #[derive(serde::Deserialize)]
     struct Jwt {
         jwks_file: Option<String>,
+        jwks_url: Option<String>,
     }
     #[derive(serde::Deserialize)]
     struct Members {
@@ -116,14 +117,12 @@ pub(crate) fn membership_sources(texts: &[SourceText]) -> Vec<ConfigSource> {
         {
             keys = resolve(members);
         }
-        if let Some(IdentityTable {
-            jwt: Some(Jwt {
-                jwks_file: Some(file),
-            }),
-            ..
-        }) = &document.identity
-        {
-            jwks = member_source(&text.path, text.remote, file).ok();
+        if let Some(IdentityTable { jwt: Some(jwt), .. }) = &document.identity {
+            jwks = match (&jwt.jwks_file, &jwt.jwks_url) {
+                (Some(file), None) => member_source(&text.path, text.remote, file).ok(),
+                (None, Some(url)) => jwks_url(url).ok(),
+                _ => None,
+            };
         }
     }
     keys.extend(jwks);
@@ -134,4 +133,33 @@ pub(crate) fn membership_sources(texts: &[SourceText]) -> Vec<ConfigSource> {
         }
     }
     plans
+}
+
+/// `jwks_url` as a source: https, or http to a loopback address (a key server on the
+/// same host, or a test's); anything else could be answered by whoever sits on the path.
+pub(super) fn jwks_url(text: &str) -> Result<ConfigSource, String> {
+    let text = text.trim();
+    let source = ConfigSource::parse(std::path::Path::new(text)).map_err(|e| e.to_string())?;
+    let ConfigSource::Url(url) = &source else {
+        return Err(format!(
+            "jwks_url must be an https:// URL, found \"{}\"",
+            text.escape_debug()
+        ));
+    };
+    let host = url.host();
+    let loopback = host == "localhost"
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|address| address.is_loopback());
+    if text.starts_with("https://") || loopback {
+        Ok(source)
+    } else {
+        Err(format!(
+            "jwks_url must be https:// (plain http only to a loopback address): a key set \
+             fetched in clear could be replaced on the way, found \"{}\"",
+            text.escape_debug()
+        ))
+    }
 }

@@ -21,8 +21,8 @@ mod also;
 mod changes;
 mod compile;
 mod cost;
-#[cfg(feature = "yaml")]
 mod env;
+#[cfg(feature = "yaml")]
 mod envoy_yaml;
 mod error;
 mod explain;

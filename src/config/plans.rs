@@ -108,6 +108,11 @@ impl Plans {
         self.default.as_deref()
     }
 
+    /// `[plans] claim`: the verified token's claim naming the plan.
+    pub fn claim(&self) -> Option<&str> {
+        self.claim.as_deref()
+    }
+
     /// `[plans] header`.
     pub fn header(&self) -> Option<&HeaderName> {
         self.header.as_ref()

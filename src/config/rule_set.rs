@@ -13,7 +13,7 @@ use super::plans::Plans;
 use super::prefix::PrefixTable;
 use super::rule::{Rule, RuleId};
 use super::settings::{ReloadSettings, ResponseSettings, Settings, StoreSettings};
-use crate::key::{ClientSettings, KeyPart, RouteSettings};
+use crate::key::{ClientSettings, ClientSource, KeyPart, RouteSettings};
 
 /// The whole active configuration: rules, and how keys and responses are made.
 ///
@@ -284,6 +284,50 @@ impl RuleSet {
         rule.stack_indices()
             .iter()
             .filter_map(|&index| self.rules.get(index))
+    }
+
+    /// The names of the token claims the rules use — as client sources, key parts, `also`
+    /// limits' `per` and `[plans] claim` — each once, in that order: what `explain` shows
+    /// of a verified token (never the token).
+    ///
+    /// ```
+    /// let rules = tollgate::config::RuleSet::from_toml(
+    ///     "[key]\nparts = [\"jwt:tenant\", \"route\", \"client\"]\n[plans]\nclaim = \"plan\"\n[limits]\napi = \"1/s\"\n",
+    /// )?;
+    /// assert_eq!(rules.claims_used(), ["tenant", "plan"]);
+    /// # Ok::<(), tollgate::config::ConfigError>(())
+    /// ```
+    pub fn claims_used(&self) -> Vec<&str> {
+        let sources = self
+            .client
+            .sources
+            .iter()
+            .filter_map(|source| match source {
+                ClientSource::Jwt(claim) => Some(claim.as_str()),
+                _ => None,
+            });
+        let also_parts = self
+            .also_limits()
+            .filter_map(|rule| match rule.also()?.by() {
+                AlsoBy::Part(part) => Some(part),
+                _ => None,
+            });
+        let parts = self
+            .route
+            .parts
+            .iter()
+            .chain(also_parts)
+            .filter_map(|part| match part {
+                KeyPart::Jwt(claim) => Some(claim.as_str()),
+                _ => None,
+            });
+        let mut used: Vec<&str> = Vec::new();
+        for claim in sources.chain(parts).chain(self.plans.claim()) {
+            if !used.contains(&claim) {
+                used.push(claim);
+            }
+        }
+        used
     }
 
     /// Every `also` limit of every rule, each once.

@@ -109,6 +109,7 @@ impl<St: Store> LimitsBuilder<St> {
             reloader,
             in_flight: Arc::default(),
             controllers: parking_lot::Mutex::default(),
+            keys_fetched: std::sync::atomic::AtomicU64::new(0),
             _sweeper: sweeper,
         });
         maintenance::restore(&shared);

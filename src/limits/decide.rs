@@ -13,7 +13,7 @@ use crate::clock::Timestamp;
 use crate::concurrency::Permit;
 use crate::config::{Limit, Per, Rule};
 use crate::decision::Decision;
-use crate::key::{Client, Invalid, OnInvalid, SegmentBuffer, normalize_route};
+use crate::key::{Client, Invalid, OnInvalid, SegmentBuffer, Verified, normalize_route};
 use std::sync::Arc;
 
 use crate::store::{CheckMode, Store, StoreError};
@@ -261,6 +261,9 @@ impl<St: Store> Limits<St> {
         let rules = self.active();
         if let Some(verifier) = &rules.client_settings().jwt {
             let verified = verifier.verify(request);
+            if verifier.refreshes() && verified == Verified::Invalid(Invalid::UnknownSigningKey) {
+                self.unknown_signing_key();
+            }
             request.extensions_mut().insert(verified);
         }
     }

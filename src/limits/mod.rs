@@ -77,6 +77,8 @@ struct Shared<St> {
     in_flight: Arc<crate::concurrency::InFlight>,
     /// Adaptive concurrency limits, by rule.
     controllers: concurrency::Controllers,
+    /// When (Unix seconds) a token's unknown `kid` last fetched the key set again.
+    keys_fetched: std::sync::atomic::AtomicU64,
     /// Dropping it (with the last clone) wakes and stops the sweeper.
     _sweeper: std::sync::mpsc::Sender<()>,
 }

@@ -45,6 +45,7 @@ use super::body::{BodyStyle, Wrapped};
 use super::future::{InPlace, PendingCharge, ReadyService as _, ResponseFuture};
 use super::outcome::Outcome;
 use super::response::{busy, unauthorized};
+use crate::key::{Invalid, Verified};
 use crate::limits::{Limits, Plan};
 use crate::store::{MemoryStore, Store};
 
@@ -158,6 +159,9 @@ where
         // Verified once, here: every source, key part and plan reads what was found.
         if let Some(verifier) = &rules.client_settings().jwt {
             let verified = verifier.verify(&request);
+            if verifier.refreshes() && verified == Verified::Invalid(Invalid::UnknownSigningKey) {
+                self.limits.unknown_signing_key();
+            }
             request.extensions_mut().insert(verified);
         }
         let (outcome, charge, permit) = match self.limits.plan(&rules, &request) {

@@ -66,7 +66,7 @@ pub(crate) struct Reloader {
 #[derive(Default)]
 struct Background {
     _files: Option<FileWatcher>,
-    _poll: Option<Poller>,
+    poller: Option<Poller>,
     /// What a change calls, kept to watch again when the membership sources change.
     changed: Option<Changed>,
 }
@@ -314,6 +314,13 @@ impl Reloader {
         self.status.subscribe()
     }
 
+    /// Wakes the poller (if URLs are polled) to fetch now rather than at its next wake-up.
+    pub(crate) fn poll_now(&self) {
+        if let Some(poller) = &self.background.lock().poller {
+            poller.poll_now();
+        }
+    }
+
     /// How long until the next poll: the interval, backed off after failures, jittered.
     pub(crate) fn next_poll(&self) -> Duration {
         next_poll(&self.state.lock())
@@ -341,7 +348,7 @@ impl Reloader {
             })?);
         }
         if remote {
-            background._poll = Some(Poller::start(poll, move || changed(Trigger::Poll)));
+            background.poller = Some(Poller::start(poll, move || changed(Trigger::Poll)));
         }
         Ok(())
     }
@@ -361,8 +368,8 @@ impl Reloader {
             Ok(watcher) => background._files = Some(watcher),
             Err(error) => tracing::warn!(%error, "cannot watch the new membership files"),
         }
-        if has_remote(state) && background._poll.is_none() {
-            background._poll = Some(Poller::start(next_poll(state), move || {
+        if has_remote(state) && background.poller.is_none() {
+            background.poller = Some(Poller::start(next_poll(state), move || {
                 changed(Trigger::Poll)
             }));
         }
@@ -774,7 +781,7 @@ impl std::fmt::Debug for Reloader {
             )
             .field("watching", &{
                 let background = self.background.lock();
-                background._files.is_some() || background._poll.is_some()
+                background._files.is_some() || background.poller.is_some()
             })
             .finish()
     }

@@ -11,7 +11,8 @@ pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// A running poller; dropping it stops the thread at its next wake-up.
 pub(super) struct Poller {
-    _stop: Sender<()>,
+    /// A message polls now; dropping the sender stops the thread.
+    wake: Sender<()>,
 }
 
 impl Poller {
@@ -21,25 +22,31 @@ impl Poller {
         first: Duration,
         poll: impl Fn() -> Option<Duration> + Send + 'static,
     ) -> Poller {
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let (wake, woken) = std::sync::mpsc::channel::<()>();
         let spawned = std::thread::Builder::new()
             .name("tollgate-config-poll".into())
             .spawn(move || {
                 let mut wait = first;
                 loop {
-                    match stopped.recv_timeout(wait) {
-                        Err(RecvTimeoutError::Timeout) => match poll() {
+                    match woken.recv_timeout(wait) {
+                        Ok(()) | Err(RecvTimeoutError::Timeout) => match poll() {
                             Some(next) => wait = next,
                             None => return,
                         },
-                        _ => return,
+                        Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }
             });
         if let Err(error) = spawned {
             tracing::warn!(%error, "cannot start polling remote config; SIGHUP still re-fetches it");
         }
-        Poller { _stop: stop }
+        Poller { wake }
+    }
+
+    /// Polls now rather than at the next wake-up.
+    pub(super) fn poll_now(&self) {
+        // The thread is gone only if it stopped; nothing to wake then.
+        let _ = self.wake.send(());
     }
 }
 

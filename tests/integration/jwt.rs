@@ -283,11 +283,71 @@ fn bad_jwt_settings_are_refused_with_what_to_write() {
         .to_string()
     };
     assert!(refused("algorithms = [\"none\"]\nsecret_env = \"X\"").contains("never accepted"));
-    assert!(refused("issuer = \"x\"").contains("exactly one of jwks_file or secret_env"));
+    assert!(refused("issuer = \"x\"").contains("exactly one of jwks_url, jwks_file or secret_env"));
     assert!(refused("secret_env = \"X\"\nleeway = \"forever\"").contains("leeway must be"));
     assert!(refused("secret_env = \"X\"\ntoken = \"query:t\"").contains("token must be"));
     let error = Limits::from_toml("[client]\nsources = [\"jwt:sub\"]\n[limits]\napi = \"1/s\"\n")
         .unwrap_err()
         .to_string();
     assert!(error.contains("[identity.jwt]"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetched_key_set_is_fetched_again_for_a_new_kid_at_most_every_30_s() {
+    let full: Value = serde_json::from_slice(&fixture("jwks.json")).unwrap();
+    let mut ec_only = full.clone();
+    ec_only["keys"] = json!([full["keys"][1].clone()]);
+    let repository = tollgate_testkit::repository::Repository::start(&ec_only.to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("limits.toml");
+    std::fs::write(
+        &main,
+        format!(
+            "[reload]\npoll_interval = \"1h\"\n[identity]\non_invalid = \"reject\"\n\
+             [client]\nsources = [\"jwt:sub\", \"ip\"]\n\
+             [identity.jwt]\njwks_url = \"{}\"\n[limits.api]\nrate = \"100/min\"\n",
+            repository.url()
+        ),
+    )
+    .unwrap();
+    // Loading fetches (blocking): off the runtime's threads.
+    let limits = std::thread::spawn(move || Limits::builder().watch([&main]).unwrap())
+        .join()
+        .unwrap();
+    let at = app(limits).await;
+    let ec = signed(Algorithm::ES256, Some("ec-1"), &claims("bob"));
+    assert_eq!(status(at, Some(&ec)).await, 200);
+
+    // The identity provider rotates an RSA key in; an hour's poll is far away.
+    repository.publish(&full.to_string());
+    let fetched = repository.served().requests;
+    let rsa = signed(Algorithm::RS256, Some("rsa-1"), &claims("ada"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status(at, Some(&rsa)).await != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the unknown kid never fetched the set"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(repository.served().requests, fetched + 1, "one fetch");
+
+    // Tokens naming kids nobody has cannot make it fetch again within 30 s.
+    let fetched = repository.served().requests;
+    for n in 0..20 {
+        let stranger = signed(Algorithm::RS256, Some(&format!("rsa-{n}0")), &claims("eve"));
+        assert_eq!(status(at, Some(&stranger)).await, 401);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(repository.served().requests, fetched);
+}
+
+#[test]
+fn a_key_set_url_must_be_https_unless_it_is_on_this_host() {
+    let error = Limits::from_toml(
+        "[identity.jwt]\njwks_url = \"http://keys.example/jwks.json\"\n[limits]\napi = \"1/s\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("jwks_url must be https://"), "{error}");
 }

@@ -20,6 +20,7 @@ mod faults;
 mod gateway;
 mod grpc;
 mod grpc_protos;
+mod identity;
 mod in_flight;
 mod llm;
 mod logging;

@@ -149,6 +149,16 @@ mod unbuilt {
         }
 
         /// Never called: no verifier exists.
+        pub fn refresh_on_unknown_kid(&mut self) {
+            match self.0 {}
+        }
+
+        /// Never called: no verifier exists.
+        pub fn refreshes(&self) -> bool {
+            match self.0 {}
+        }
+
+        /// Never called: no verifier exists.
         pub fn check(&self, _: &str) -> Result<crate::key::Claims, crate::key::Invalid> {
             match self.0 {}
         }

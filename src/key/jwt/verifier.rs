@@ -41,6 +41,8 @@ pub struct JwtVerifier {
     validations: Vec<(Algorithm, Validation)>,
     settings: JwtSettings,
     cache: TokenCache,
+    /// Whether the key set is fetched, so an unknown `kid` is worth a fetch.
+    refreshes: bool,
 }
 
 impl std::fmt::Debug for JwtVerifier {
@@ -169,7 +171,19 @@ impl JwtVerifier {
             validations,
             settings: settings.clone(),
             cache: TokenCache::default(),
+            refreshes: false,
         })
+    }
+
+    /// Marks the key set as fetched from a URL: a token naming a `kid` the set lacks asks
+    /// for the set again (see [`refreshes`](Self::refreshes)).
+    pub fn refresh_on_unknown_kid(&mut self) {
+        self.refreshes = true;
+    }
+
+    /// Whether an unknown `kid` should fetch the key set again: its keys may have rotated.
+    pub fn refreshes(&self) -> bool {
+        self.refreshes
     }
 
     /// The settings the verifier was made with.
