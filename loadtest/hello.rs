@@ -24,7 +24,10 @@
 //!   tollgate layers stacked in tower, one rule each), `tollgate-reserve` (the first behind
 //!   `ReadBodyLayer`, its rule reserving a fixed 1,000 tokens settled from an OpenAI `usage`
 //!   object the handler answers with: the body is never read), `tollgate-estimate` (the same
-//!   reserving `"estimate"`, weighted: each request's JSON body read and walked), `governor` or `governor-headers` (the same
+//!   reserving `"estimate"`, weighted: each request's JSON body read and walked),
+//!   `tollgate-header`, `tollgate-api-key` and `tollgate-jwt` (the first keyed by
+//!   `header:x-api-key` as sent, by a known API key, or by a verified RS256 token's `sub`:
+//!   run the load with `--auth api-key` or `--auth rs256`), `governor` or `governor-headers` (the same
 //!   with tower_governor's `use_headers`: `x-ratelimit-limit`, `-remaining`, `-after`) (tower_governor's `GovernorLayer` keyed by peer IP, no
 //!   headers);
 //! - quota `never` (1,000,000/s with a burst of 1,000,000: nobody is denied) or `deny`
@@ -78,6 +81,10 @@ enum Command {
         /// POST a 2 KiB OpenAI chat body instead of an empty GET.
         #[arg(long)]
         chat: bool,
+        /// Credentials each request carries: `api-key` (`x-api-key`) or `rs256` (a bearer
+        /// token signed with the test RSA key, `sub` "user-42").
+        #[arg(long)]
+        auth: Option<String>,
     },
 }
 
@@ -107,6 +114,12 @@ enum Limiter {
     TollgateReserve,
     /// The same reserving `"estimate"`: each JSON body read and walked.
     TollgateEstimate,
+    /// `tollgate` keyed by `header:x-api-key`, believed as sent (`load --auth api-key`).
+    TollgateHeader,
+    /// `tollgate` keyed by a known API key (`api_key`, a one-key table; `--auth api-key`).
+    TollgateApiKey,
+    /// `tollgate` keyed by a verified token's `sub` (the test key set; `--auth rs256`).
+    TollgateJwt,
     Governor,
     /// tower_governor with its rate-limit headers on (`use_headers`): the fair peer of
     /// `tollgate`, which sends the IETF headers.
@@ -226,6 +239,35 @@ fn app(limiter: Limiter, quota: QuotaKind) -> Result<Router, Box<dyn std::error:
             app.layer(RateLimitLayer::new(limits.clone()).axum_body())
                 .layer(ReadBodyLayer::new(limits).axum_body())
         }
+        Limiter::TollgateHeader | Limiter::TollgateApiKey | Limiter::TollgateJwt => {
+            let dir = std::env::temp_dir().join(format!("bench_hello.{}", std::process::id()));
+            std::fs::create_dir_all(&dir)?;
+            let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jwt");
+            std::fs::copy(format!("{fixtures}/jwks.json"), dir.join("jwks.json"))?;
+            std::fs::write(
+                dir.join("keys.toml"),
+                format!(
+                    "\"{}\" = {{ id = \"team-a\" }}\n",
+                    tollgate::key::ApiKeys::digest_hex(API_KEY.as_bytes())
+                ),
+            )?;
+            let source = match limiter {
+                Limiter::TollgateHeader => "header:x-api-key",
+                Limiter::TollgateApiKey => "api_key",
+                _ => "jwt:sub",
+            };
+            let main = dir.join("limits.toml");
+            std::fs::write(
+                &main,
+                format!(
+                    "[client]\nsources = [\"{source}\", \"ip\"]\n\
+                     [identity.api_keys]\nmembers = [\"keys.toml\"]\n\
+                     [identity.jwt]\njwks_file = \"jwks.json\"\n\
+                     [limits]\n\"/\" = {{ rate = \"{per_second}/s\", burst = {burst} }}\n"
+                ),
+            )?;
+            app.layer(RateLimitLayer::new(Limits::load([&main])?).axum_body())
+        }
         Limiter::TollgateStacked => {
             let layer = |per: &str| -> Result<_, Box<dyn std::error::Error>> {
                 let toml = format!(
@@ -289,6 +331,7 @@ async fn connection(
     target: SocketAddr,
     requests: u64,
     chat: Option<Bytes>,
+    auth: Option<(http::HeaderName, http::HeaderValue)>,
 ) -> Result<BTreeMap<u16, u64>, Box<dyn std::error::Error + Send + Sync>> {
     let stream = tokio::net::TcpStream::connect(target).await?;
     stream.set_nodelay(true)?;
@@ -298,7 +341,7 @@ async fn connection(
     let mut statuses = BTreeMap::new();
     for _ in 0..requests {
         sender.ready().await?;
-        let request = match &chat {
+        let mut request = match &chat {
             Some(body) => http::Request::post("/")
                 .header(http::header::HOST, target.to_string())
                 .header(http::header::CONTENT_TYPE, "application/json")
@@ -307,6 +350,9 @@ async fn connection(
                 .header(http::header::HOST, target.to_string())
                 .body(Full::new(Bytes::new()))?,
         };
+        if let Some((name, value)) = &auth {
+            request.headers_mut().insert(name.clone(), value.clone());
+        }
         let response = sender.send_request(request).await?;
         *statuses.entry(response.status().as_u16()).or_insert(0) += 1;
         response.into_body().collect().await?;
@@ -319,14 +365,32 @@ async fn load(
     requests: u64,
     connections: u64,
     chat: bool,
+    auth: Option<String>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let chat = chat.then(chat_body);
+    let auth = match auth.as_deref() {
+        None => None,
+        Some("api-key") => Some((
+            http::HeaderName::from_static("x-api-key"),
+            http::HeaderValue::from_static(API_KEY),
+        )),
+        Some("rs256") => Some((
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_str(&format!("Bearer {}", rs256_token()?))?,
+        )),
+        Some(other) => return Err(format!("unknown --auth {other} (api-key or rs256)").into()),
+    };
     let connections = connections.clamp(1, requests.max(1));
     let mut tasks = Vec::new();
     for index in 0..connections {
         // Spread the remainder so the total is exactly `requests`.
         let share = requests / connections + u64::from(index < requests % connections);
-        tasks.push(tokio::spawn(connection(target, share, chat.clone())));
+        tasks.push(tokio::spawn(connection(
+            target,
+            share,
+            chat.clone(),
+            auth.clone(),
+        )));
     }
     let mut statuses = BTreeMap::new();
     for task in tasks {
@@ -340,6 +404,28 @@ async fn load(
         .collect();
     eprintln!("bench_hello: {requests} requests: {}", summary.join(" "));
     Ok(())
+}
+
+/// The API key `--auth api-key` sends (and the `tollgate-api-key` table knows).
+const API_KEY: &str = "tg_live_bench_000042";
+
+/// A bearer token for "user-42" signed with the test RSA key (`tests/fixtures/jwt`).
+fn rs256_token() -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+    let der = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/jwt/rs256.der"
+    ))?;
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+    header.kid = Some("rsa-1".to_owned());
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs()
+        + 3600;
+    Ok(jsonwebtoken::encode(
+        &header,
+        &serde_json::json!({ "sub": "user-42", "exp": exp }),
+        &jsonwebtoken::EncodingKey::from_rsa_der(&der),
+    )?)
 }
 
 /// A 2 KiB OpenAI Chat Completions body: a system prompt, a user turn and `max_tokens`.
@@ -372,6 +458,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             requests,
             connections,
             chat,
+            auth,
         } => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -379,7 +466,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             runtime.block_on(async {
                 tokio::time::timeout(
                     Duration::from_secs(600),
-                    load(target, requests, connections, chat),
+                    load(target, requests, connections, chat, auth),
                 )
                 .await
                 .map_err(|_| "load did not finish within 600 s")?

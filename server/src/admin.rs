@@ -41,10 +41,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use tollgate::config::{Per, RuleId, RuleSet, Validator};
-use tollgate::key::{
-    BodyProblem, Client, ClientSource, Invalid, MAX_REQUEST_JSON, RequestJson, Verified,
-    normalize_route,
-};
+use tollgate::key::{BodyProblem, Client, MAX_REQUEST_JSON, RequestJson, normalize_route};
 use tollgate::reload::SourceStatus;
 use tollgate::store::{
     BackendStore, BucketQuery, BucketRef, BucketSort, CALLER_DEFINED_PREFIX, Store, StoreError,
@@ -846,7 +843,7 @@ async fn explain_request(
     // A token or API key among the headers is verified as the layer would: the identity
     // it makes, why it failed, and the claims the rules use — never the credential.
     state.limits.verify_identity(&mut request);
-    let identity = identity(&state.limits.rules(), &request);
+    let identity = crate::identity::Identity::of(&state.limits.rules(), &request);
     let Some(client) = params
         .client
         .filter(|c| !c.is_empty())
@@ -907,56 +904,6 @@ async fn explain_request(
         "state": state_now,
     }))
     .into_response()
-}
-
-/// What an explained request's credentials came to.
-struct Identity {
-    /// The client a verified token or known API key makes (`None`: none did).
-    client: Option<String>,
-    /// Why a presented credential failed.
-    invalid: Option<&'static str>,
-    /// The verified token's claims that the rules use, with their values.
-    claims: Vec<(String, Option<String>)>,
-}
-
-impl Identity {
-    fn to_json(&self) -> Value {
-        json!({
-            "client": self.client,
-            "invalid": self.invalid,
-            "claims": self.claims.iter().map(|(claim, value)| json!({"claim": claim, "value": value})).collect::<Vec<_>>(),
-        })
-    }
-}
-
-/// The identity the layer would find in `request` (verified by `Limits::verify_identity`)
-/// from its tokens and API keys alone — not from its address or plain headers.
-fn identity(rules: &tollgate::config::RuleSet, request: &http::Request<()>) -> Identity {
-    let settings = rules.client_settings();
-    let verified = request.extensions().get::<Verified>();
-    let claims = match verified {
-        Some(Verified::Valid(claims)) => rules
-            .claims_used()
-            .into_iter()
-            .map(|claim| (claim.to_owned(), claims.get(claim).map(|v| v.into_owned())))
-            .collect(),
-        _ => Vec::new(),
-    };
-    // Only what a credential makes: the other sources are the caller's `client`.
-    let mut credentials = settings.clone();
-    credentials
-        .sources
-        .retain(|source| matches!(source, ClientSource::ApiKey | ClientSource::Jwt(_)));
-    let (client, invalid) = Client::identify_checked(request, &credentials);
-    let client = match client {
-        Client::Key(key) => Some(key.into_owned()),
-        _ => None,
-    };
-    Identity {
-        client,
-        invalid: invalid.map(Invalid::reason),
-        claims,
-    }
 }
 
 /// What each limit of an explained request that reserves an estimate would reserve for

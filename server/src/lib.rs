@@ -34,6 +34,7 @@ pub mod cli;
 mod credentials;
 pub mod demo;
 pub mod grpc;
+mod identity;
 pub mod logging;
 pub mod metrics;
 pub mod proxy;

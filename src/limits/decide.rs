@@ -13,7 +13,7 @@ use crate::clock::Timestamp;
 use crate::concurrency::Permit;
 use crate::config::{Limit, Per, Rule};
 use crate::decision::Decision;
-use crate::key::{Client, Invalid, OnInvalid, SegmentBuffer, Verified, normalize_route};
+use crate::key::{Client, Invalid, OnInvalid, SegmentBuffer, normalize_route};
 use std::sync::Arc;
 
 use crate::store::{CheckMode, Store, StoreError};
@@ -251,20 +251,6 @@ impl<St: Store> Limits<St> {
         match self.plan_with(&self.active(), request, false, false) {
             Plan::Check { decision, .. } => Some(DecisionFuture(decision)),
             Plan::Pass(_) | Plan::Busy | Plan::Queue { .. } | Plan::Unauthorized(_) => None,
-        }
-    }
-
-    /// Verifies `request`'s token as the layer does (`[identity.jwt]`) and keeps what was
-    /// found in its extensions, for [`check_request`](Limits::check_request) and `jwt:`
-    /// key parts; nothing without `[identity.jwt]`.
-    pub fn verify_identity<B>(&self, request: &mut Request<B>) {
-        let rules = self.active();
-        if let Some(verifier) = &rules.client_settings().jwt {
-            let verified = verifier.verify(request);
-            if verifier.refreshes() && verified == Verified::Invalid(Invalid::UnknownSigningKey) {
-                self.unknown_signing_key();
-            }
-            request.extensions_mut().insert(verified);
         }
     }
 

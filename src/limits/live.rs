@@ -9,9 +9,6 @@ use crate::config::{ConfigError, RuleId, RuleSet};
 use crate::reload::{ReloadStatus, Reloaded, Target, Trigger, WatchError};
 use crate::store::Store;
 
-/// The shortest time between two fetches of a key set asked for by unknown `kid`s.
-pub(crate) const KEY_REFETCH: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// The limiter's side of a reload: the store learns the new rules before they are swapped
 /// in with fresh counters, and forgets the retired rules' buckets after.
 impl<St: Store> Target for Shared<St> {
@@ -38,25 +35,6 @@ impl<St: Store> Limits<St> {
     pub fn reload(&self) -> Result<Reloaded, ConfigError> {
         let shared = &self.shared;
         shared.reloader.reload(Trigger::Forced, shared.as_ref())
-    }
-
-    /// A token named a `kid` the fetched key set lacks: its keys may have rotated, so the
-    /// URLs are fetched now — at most once every [`KEY_REFETCH`] whatever tokens arrive.
-    pub(crate) fn unknown_signing_key(&self) {
-        use std::sync::atomic::Ordering;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_secs());
-        let last = self.shared.keys_fetched.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= KEY_REFETCH.as_secs()
-            && self
-                .shared
-                .keys_fetched
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.shared.reloader.poll_now();
-        }
     }
 
     /// The configuration's current state. Its generation is the active rule set's own, so

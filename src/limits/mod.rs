@@ -30,6 +30,7 @@ mod concurrency;
 mod decide;
 mod deciding;
 mod estimate;
+mod identity;
 mod live;
 mod maintenance;
 mod many;

@@ -250,6 +250,33 @@ mod tests {
     }
 
     #[test]
+    fn a_key_set_keeps_its_usable_keys_and_refuses_when_none_is() {
+        let set = r#"{"keys": [
+            {"kty": "RSA", "kid": "broken", "n": "!!", "e": "AQAB"},
+            {"kty": "oct", "kid": "shared", "k": "c2VjcmV0"},
+            {"kty": "XYZ", "kid": "alien"},
+            {"kty": "OKP", "kid": "ed-1", "crv": "Ed25519", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}
+        ]}"#;
+        let (_, skipped) = JwtVerifier::from_jwks(set, &JwtSettings::default()).unwrap();
+        assert_eq!(skipped.len(), 3, "{skipped:?}");
+        assert!(
+            skipped.iter().any(|s| s.contains("secret_env")),
+            "{skipped:?}"
+        );
+        for bad in [
+            "not json",
+            "{}",
+            r#"{"keys": []}"#,
+            r#"{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}"#,
+        ] {
+            assert!(
+                JwtVerifier::from_jwks(bad, &JwtSettings::default()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn tokens_are_read_from_the_bearer_header_a_named_header_or_a_cookie() {
         let request = Request::builder()
             .header("authorization", "Basic abc")
