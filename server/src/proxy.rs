@@ -246,8 +246,15 @@ impl Proxy {
         let Some(uri) = self.upstream_uri(&parts.uri) else {
             return json_error(StatusCode::BAD_REQUEST, "bad_request");
         };
+        // HTTP/2 names the host in `:authority` (the URI), not in a `Host` header.
+        let authority = parts
+            .uri
+            .authority()
+            .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok());
         parts.uri = uri;
-        let original_host = parts.headers.remove(header::HOST);
+        // Whatever the client spoke, the upstream is spoken to in HTTP/1.1.
+        parts.version = http::Version::HTTP_11;
+        let original_host = parts.headers.remove(header::HOST).or(authority);
         let client_takes_trailers = accepts_trailers(&parts.headers);
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.insert(header::TE, TE_TRAILERS);

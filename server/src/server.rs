@@ -1,8 +1,10 @@
-//! Serving an axum [`Router`] over HTTP/1.1 on a bound listener, for the gateway's HTTP
-//! front ends (the proxy and the admin listener): hyper's header read timeout, the peer
-//! address as axum's `ConnectInfo`, TLS when the listener has it (the handshake done on the
-//! connection's own task, within the same timeout), and a graceful end when shutdown is
-//! asked.
+//! Serving an axum [`Router`] over HTTP/1.1 and HTTP/2 on a bound listener, for the
+//! gateway's HTTP front ends (the proxy and the admin listener): each connection's protocol
+//! read from its first bytes (prior-knowledge h2c on plain listeners) or from ALPN (`h2` on
+//! TLS ones), hyper's header read timeout (HTTP/1.1), bounded streams, header lists and
+//! resets (HTTP/2), the peer address as axum's `ConnectInfo`, TLS when the listener has it
+//! (the handshake done on the connection's own task, within the same timeout), and a
+//! graceful end when shutdown is asked.
 //!
 //! Not `axum::serve`: it sets no timer, so hyper enforces no header read timeout and a
 //! client that never finishes its headers holds a connection forever.
@@ -29,9 +31,7 @@ pub(crate) async fn serve_http(
     tls: Option<Arc<TlsAcceptor>>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
+    let http = builder(header_read_timeout);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -57,7 +57,9 @@ pub(crate) async fn serve_http(
                 tower::ServiceExt::oneshot(app.clone(), request.map(axum::body::Body::new))
             });
         let Some(tls) = &tls else {
-            let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let connection = http
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .into_owned();
             let connection = graceful.watch(connection);
             tokio::spawn(async move {
                 if let Err(error) = connection.await {
@@ -72,13 +74,46 @@ pub(crate) async fn serve_http(
                 return;
             };
             let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            if let Err(error) = watcher.watch(connection).await {
+            if let Err(error) = watcher.watch(connection.into_owned()).await {
                 tracing::debug!(listener = name, %peer, %error, "connection ended with an error");
             }
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// The most streams an HTTP/2 client may have open at once on one connection.
+pub(crate) const MAX_CONCURRENT_STREAMS: u32 = 256;
+/// The largest header list an HTTP/2 client may send (HTTP/1.1 is bounded by hyper's
+/// read buffer).
+pub(crate) const MAX_HEADER_LIST: u32 = 64 * 1024;
+/// Streams a client may open and reset before the server has answered them, before the
+/// connection is closed (the rapid reset attack, CVE-2023-44487).
+pub(crate) const MAX_PENDING_RESETS: usize = 20;
+/// Streams the server may reset for a client's protocol errors before it closes the
+/// connection (CVE-2019-9514-style floods, and the "MadeYouReset" variant).
+pub(crate) const MAX_ERROR_RESETS: usize = 64;
+
+/// The connection builder both protocols share.
+fn builder(
+    header_read_timeout: Duration,
+) -> hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor> {
+    let mut http =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    http.http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    http.http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(MAX_HEADER_LIST)
+        .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
+        .max_local_error_reset_streams(MAX_ERROR_RESETS)
+        // A client that stops answering pings is gone: its streams and slots are freed.
+        .keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(20));
+    http
 }
 
 /// A small JSON error answered by the gateway itself: `{"error":"<code>"}`.

@@ -131,7 +131,11 @@ impl Gateway {
         };
         let grpc_addr = grpc.as_ref().map(|((_, address), _)| *address);
 
-        let http_tls = acceptor("proxy and admin", resolved.tls.clone(), &[b"http/1.1"])?;
+        let http_tls = acceptor(
+            "proxy and admin",
+            resolved.tls.clone(),
+            &[b"h2", b"http/1.1"],
+        )?;
         let mut proxy_options = ProxyOptions::new(upstream.clone());
         proxy_options.upstream_timeout = resolved.upstream_timeout();
         proxy_options.header_read_timeout = resolved.header_read_timeout();

@@ -20,6 +20,7 @@ mod faults;
 mod gateway;
 mod grpc;
 mod grpc_protos;
+mod http2;
 mod identity;
 mod in_flight;
 mod llm;
