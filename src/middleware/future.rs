@@ -24,7 +24,7 @@ use tower::Service;
 use super::body::{BodyStyle, Wrapped};
 use super::figure::{self, BodyReader};
 use super::outcome::Outcome;
-use super::response::{RateLimitHeaders, busy};
+use super::response::{RateLimitHeaders, busy, refusal_for};
 use super::settle::{self, BodySettlement};
 use crate::clock::Timestamp;
 use crate::concurrency::Permit;
@@ -295,7 +295,7 @@ where
             Outcome::Hold(delay, headers) => {
                 Self::holding(delay, service.take(), request, headers, charge, permit)
             }
-            Outcome::Reject(response) => Self::rejected(response),
+            Outcome::Reject(response) => Self::rejected(refusal_for(response, &request)),
         }
     }
 
@@ -452,7 +452,7 @@ where
                             let client = Client::identify(&request, rules.client_settings());
                             counters.refused_for_concurrency(limits.now(), Some(&client));
                         }
-                        let response = busy(rules.response());
+                        let response = refusal_for(busy(rules.response()), &request);
                         return Poll::Ready(Ok(response.map(K::refused)));
                     };
                     match limits.plan_after_slot(&rules, index, &request, permit) {
@@ -478,7 +478,7 @@ where
                         }
                         // A rate check after a slot never asks for another slot.
                         Plan::Busy | Plan::Queue { .. } | Plan::Unauthorized(_) => {
-                            let response = busy(rules.response());
+                            let response = refusal_for(busy(rules.response()), &request);
                             return Poll::Ready(Ok(response.map(K::refused)));
                         }
                     }

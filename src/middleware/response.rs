@@ -244,6 +244,62 @@ pub(crate) fn busy(settings: &ResponseSettings) -> Response<Bytes> {
     response
 }
 
+/// A refusal as its client can read it: a gRPC call (`content-type: application/grpc…`)
+/// cannot read an HTTP 429, so it is answered as gRPC answers — HTTP 200, no body,
+/// `grpc-status` 8 (RESOURCE_EXHAUSTED; 16, UNAUTHENTICATED, for a failed credential) and
+/// a `grpc-message` saying when to retry, keeping `retry-after` (gRPC metadata) and the
+/// rate-limit headers. Any other request's refusal is returned as it is.
+pub(crate) fn refusal_for<B>(
+    response: Response<Bytes>,
+    request: &http::Request<B>,
+) -> Response<Bytes> {
+    let grpc = request
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            value
+                .get(..16)
+                .is_some_and(|head| head.eq_ignore_ascii_case("application/grpc"))
+        });
+    if !grpc {
+        return response;
+    }
+    let (mut parts, _) = response.into_parts();
+    let retry = parts
+        .headers
+        .get(RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    let (code, message) = if parts.status == http::StatusCode::UNAUTHORIZED {
+        ("16", "credentials not valid".to_owned())
+    } else {
+        (
+            "8",
+            match &retry {
+                Some(seconds) => format!("rate limited: retry after {seconds} s"),
+                None => "rate limited".to_owned(),
+            },
+        )
+    };
+    parts.status = http::StatusCode::OK;
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    parts
+        .headers
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    parts
+        .headers
+        .insert(GRPC_STATUS, HeaderValue::from_static(code));
+    // Printable ASCII needs no percent-encoding in grpc-message.
+    if let Ok(message) = HeaderValue::from_str(&message) {
+        parts.headers.insert(GRPC_MESSAGE, message);
+    }
+    Response::from_parts(parts, Bytes::new())
+}
+
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+
 /// The answer to a request whose credential failed under `[identity] on_invalid =
 /// "reject"`: 401 with `WWW-Authenticate: Bearer error="invalid_token"` (RFC 6750), and a
 /// JSON body saying why — never echoing the credential.

@@ -44,7 +44,7 @@ use super::body::ResponseBody;
 use super::body::{BodyStyle, Wrapped};
 use super::future::{InPlace, PendingCharge, ReadyService as _, ResponseFuture};
 use super::outcome::Outcome;
-use super::response::{busy, unauthorized};
+use super::response::{busy, refusal_for, unauthorized};
 use crate::key::{Invalid, Verified};
 use crate::limits::{Limits, Plan};
 use crate::store::{MemoryStore, Store};
@@ -191,8 +191,14 @@ where
                 // A refusal drops the permit: a request refused by the rate takes no slot.
                 (outcome, charge, permit)
             }
-            Plan::Busy => return ResponseFuture::rejected(busy(rules.response())),
-            Plan::Unauthorized(invalid) => return ResponseFuture::rejected(unauthorized(invalid)),
+            Plan::Busy => {
+                let refusal = refusal_for(busy(rules.response()), &request);
+                return ResponseFuture::rejected(refusal);
+            }
+            Plan::Unauthorized(invalid) => {
+                let refusal = refusal_for(unauthorized(invalid), &request);
+                return ResponseFuture::rejected(refusal);
+            }
             Plan::Queue { index, wait } => {
                 // A local queue waits max_delay; a shared store's answer is bounded by its own
                 // timeout, so the minute here never runs out first.

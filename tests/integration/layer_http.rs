@@ -294,3 +294,35 @@ async fn two_routers_sharing_a_layer_share_one_budget() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+#[tokio::test]
+async fn a_refused_grpc_call_is_answered_as_grpc_and_other_requests_as_http() {
+    let clock = FakeClock::new();
+    let address = serve(app("[limits]\n\"/\" = \"1/min\"\n", &clock)).await;
+    let grpc = [("content-type", "application/grpc+proto")];
+    assert_eq!(send(address, "/", &grpc).await.status, StatusCode::OK);
+
+    let refused = send(address, "/", &grpc).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::OK,
+        "gRPC clients read grpc-status, not 429"
+    );
+    assert_eq!(refused.header("content-type"), Some("application/grpc"));
+    assert_eq!(
+        refused.header("grpc-status"),
+        Some("8"),
+        "RESOURCE_EXHAUSTED"
+    );
+    assert_eq!(
+        refused.header("grpc-message"),
+        Some("rate limited: retry after 60 s")
+    );
+    assert_eq!(refused.header("retry-after"), Some("60"));
+    assert_eq!(refused.header("ratelimit"), Some("\"/\";r=0;t=60"));
+    assert!(refused.body.is_empty(), "{}", refused.body);
+
+    let plain = send(address, "/", &[]).await;
+    assert_eq!(plain.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(plain.header("grpc-status"), None);
+}

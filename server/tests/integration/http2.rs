@@ -162,3 +162,43 @@ async fn a_rapid_reset_flood_neither_stops_the_service_nor_leaks_a_slot() {
         .unwrap_or_else(|| panic!("{metrics}"));
     assert!(in_flight.ends_with(" 0"), "{in_flight}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_client_refused_by_the_proxy_reads_resource_exhausted() {
+    use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::RateLimitRequest;
+    use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("gateway.toml");
+    std::fs::write(&main, "[limits]\n\"/\" = \"1/hour\"\n").unwrap();
+    let service = ServiceProcess::start(&["--config", &main.display().to_string()], &[]);
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", service.proxy))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    let call = || RateLimitRequest {
+        domain: "edge".into(),
+        ..RateLimitRequest::default()
+    };
+    // The first call is admitted and reaches the demo upstream, which speaks no gRPC.
+    let _ = client.should_rate_limit(call()).await;
+    let refused = client.should_rate_limit(call()).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().starts_with("rate limited: retry after"),
+        "{refused:?}"
+    );
+    let retry: u64 = refused
+        .metadata()
+        .get("retry-after")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("{refused:?}"));
+    assert!((3000..=3600).contains(&retry), "{retry}");
+}
