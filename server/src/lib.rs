@@ -49,6 +49,7 @@ mod startup;
 pub mod suggest;
 pub mod tls;
 mod upstream;
+mod websocket;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -38,6 +38,7 @@ use super::server::{json_error, serve_http};
 use super::settings::{DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT};
 use super::tls::{TlsAcceptor, TlsError};
 use super::upstream::{Http1Pool, UpstreamError};
+use super::websocket::{self, is_websocket};
 
 /// The upstream sent no response head in time.
 struct TimedOut;
@@ -243,6 +244,7 @@ impl Proxy {
     /// Forwards `request` from `peer` and returns the upstream's response, or a 502/504.
     pub async fn forward(&self, request: Request, peer: Option<SocketAddr>) -> Response {
         let (mut parts, body) = request.into_parts();
+        let websocket = parts.version == http::Version::HTTP_11 && is_websocket(&parts.headers);
         let Some(uri) = self.upstream_uri(&parts.uri) else {
             return json_error(StatusCode::BAD_REQUEST, "bad_request");
         };
@@ -268,6 +270,28 @@ impl Proxy {
         parts
             .headers
             .insert(X_FORWARDED_PROTO, self.forwarded_proto.clone());
+        if websocket {
+            let UpstreamClient::Http(pool) = &self.client else {
+                // Said in the README: relayed to plain-HTTP upstreams only, for now.
+                return json_error(StatusCode::NOT_IMPLEMENTED, "websocket_to_https_upstream");
+            };
+            parts.uri = parts
+                .uri
+                .path_and_query()
+                .cloned()
+                .map_or_else(|| Uri::from_static("/"), Uri::from);
+            parts.headers.insert(header::HOST, self.host.clone());
+            parts.headers.remove(header::TE);
+            let (host, port) = pool.address();
+            return websocket::relay(
+                Request::from_parts(parts, body),
+                host,
+                port,
+                self.timeout,
+                websocket::IDLE_TIMEOUT,
+            )
+            .await;
+        }
         match &self.client {
             UpstreamClient::Http(pool) => {
                 // Origin form on a connection of our own: the path, and `Host` set here.

@@ -58,7 +58,7 @@ pub(crate) async fn serve_http(
             });
         let Some(tls) = &tls else {
             let connection = http
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
                 .into_owned();
             let connection = graceful.watch(connection);
             tokio::spawn(async move {
@@ -73,7 +73,8 @@ pub(crate) async fn serve_http(
             let Ok(stream) = tls.accept(stream, header_read_timeout).await else {
                 return;
             };
-            let connection = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let connection =
+                http.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service);
             if let Err(error) = watcher.watch(connection.into_owned()).await {
                 tracing::debug!(listener = name, %peer, %error, "connection ended with an error");
             }

@@ -102,6 +102,11 @@ impl std::fmt::Debug for Http1Pool {
 }
 
 impl Http1Pool {
+    /// The `host` and `port` it connects to.
+    pub(crate) fn address(&self) -> (&str, u16) {
+        (&self.host, self.port)
+    }
+
     /// A pool of connections to `host:port`, closing those idle longer than
     /// `idle_timeout`, waiting at most `timeout` for a response head (connecting
     /// included).

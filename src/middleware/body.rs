@@ -26,6 +26,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+pub use super::upgrade::UpgradeSlot;
 use crate::concurrency::Permit;
 
 /// How the responses of a [`RateLimit`](crate::RateLimit) service carry their bodies: the

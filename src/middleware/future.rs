@@ -26,6 +26,7 @@ use super::figure::{self, BodyReader};
 use super::outcome::Outcome;
 use super::response::{RateLimitHeaders, busy, refusal_for};
 use super::settle::{self, BodySettlement};
+use super::upgrade::hand_to_upgrade;
 use crate::clock::Timestamp;
 use crate::concurrency::Permit;
 use crate::config::CostSource;
@@ -566,6 +567,7 @@ where
                     if let Some(headers) = headers {
                         headers.apply(response.headers_mut());
                     }
+                    let permit = hand_to_upgrade(&mut response, permit);
                     return Poll::Ready(Ok(response.map(|body| K::admitted(body, permit))));
                 }
                 StateProj::Charging {
@@ -583,7 +585,7 @@ where
                     if let Some(headers) = pending.headers(result, headers.take()) {
                         headers.apply(response.headers_mut());
                     }
-                    let permit = permit.take();
+                    let permit = hand_to_upgrade(&mut response, permit.take());
                     return Poll::Ready(Ok(response.map(|body| K::admitted(body, permit))));
                 }
                 StateProj::Rejected { response } => {

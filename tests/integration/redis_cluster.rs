@@ -598,7 +598,19 @@ async fn stacked_limits_across_masters_never_overspend_and_give_back_what_a_refu
             admitted += 1;
         }
     }
-    assert_eq!(admitted, 8, "the global budget, exactly: never more");
+    // Never more than the global budget. Fewer is possible while requests race: a token
+    // one request took and gives back (its client's own bucket refused it) may be missing
+    // for a moment to another (the README says so).
+    assert!(admitted <= 8, "the global budget, never more: {admitted}");
+    // What a refusal took from the global bucket came back: fresh clients, one at a time,
+    // get exactly the rest of the budget.
+    let mut later = 0;
+    for fresh in 10..30 {
+        if limits.check(&format!("s{fresh}"), 1).await.unwrap().allowed() {
+            later += 1;
+        }
+    }
+    assert_eq!(admitted + later, 8, "the global budget, exactly, once requests settle");
     // What each client's own bucket holds adds up to what was admitted: every token a
     // refused request took was given back.
     let mut left = 0;

@@ -38,3 +38,4 @@ mod support;
 mod tls;
 mod trailers;
 mod tuning;
+mod websocket;
