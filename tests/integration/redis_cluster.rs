@@ -606,11 +606,20 @@ async fn stacked_limits_across_masters_never_overspend_and_give_back_what_a_refu
     // get exactly the rest of the budget.
     let mut later = 0;
     for fresh in 10..30 {
-        if limits.check(&format!("s{fresh}"), 1).await.unwrap().allowed() {
+        if limits
+            .check(&format!("s{fresh}"), 1)
+            .await
+            .unwrap()
+            .allowed()
+        {
             later += 1;
         }
     }
-    assert_eq!(admitted + later, 8, "the global budget, exactly, once requests settle");
+    assert_eq!(
+        admitted + later,
+        8,
+        "the global budget, exactly, once requests settle"
+    );
     // What each client's own bucket holds adds up to what was admitted: every token a
     // refused request took was given back.
     let mut left = 0;
