@@ -1,5 +1,6 @@
-//! HTTP/1.1 trailers through the proxy: a cost settled from an upstream's trailer, and the
-//! trailer passed on to a client that asked for trailers (`TE: trailers`).
+//! Trailers through the proxy: a cost settled from an upstream's trailer, and the trailer
+//! passed on to a client that asked for trailers (`TE: trailers`), over HTTP/1.1 and
+//! HTTP/2.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -135,4 +136,65 @@ async fn a_cost_in_an_upstreams_trailer_is_settled_and_passed_on_to_clients_aski
         1,
         "one kept-alive connection"
     );
+}
+
+/// `GET /generate` over HTTP/2 (prior knowledge) on `client`, with `te: trailers`: the
+/// response's `RateLimit` remaining, its body and its trailers.
+async fn h2_get(
+    client: h2::client::SendRequest<bytes::Bytes>,
+    proxy: SocketAddr,
+) -> (u64, String, Option<http::HeaderMap>) {
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::get(format!("http://{proxy}/generate"))
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), response)
+        .await
+        .unwrap()
+        .unwrap();
+    let line = response.headers()["ratelimit"].to_str().unwrap().to_owned();
+    let remaining = line.split(";r=").nth(1).unwrap().split(';').next().unwrap();
+    let mut body = response.into_body();
+    let mut text = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        text.extend_from_slice(&chunk);
+    }
+    let trailers = body.trailers().await.unwrap();
+    (
+        remaining.parse().unwrap(),
+        String::from_utf8(text).unwrap(),
+        trailers,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_the_trailer_settles_the_cost_and_reaches_the_client() {
+    let (upstream, _, asked) = chunked_upstream_with_trailer().await;
+    let running = start_gateway(RULES, |o| {
+        o.upstream = Some(format!("http://{upstream}").parse().unwrap());
+    })
+    .await;
+    let proxy = running.gateway.listen_addr();
+    let tcp = TcpStream::connect(proxy).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+
+    let (remaining, body, trailers) = h2_get(client.clone(), proxy).await;
+    assert_eq!(
+        (remaining, body.as_str()),
+        (90, "hello"),
+        "10 reserved at admission"
+    );
+    let trailers = trailers.expect("an HTTP/2 client asking for trailers gets them");
+    assert_eq!(trailers["x-usage-tokens"], "7");
+    // The trailer settled the first at 7: 100 - 7 - 10 reserved now.
+    let (remaining, _, _) = h2_get(client, proxy).await;
+    assert_eq!(remaining, 83);
+    assert_eq!(asked.load(Ordering::Relaxed), 2);
 }
