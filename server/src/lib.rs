@@ -64,7 +64,7 @@ pub use schema::json_schema;
 pub use settings::{
     DEFAULT_ADMIN, DEFAULT_CONFIG, DEFAULT_GRPC, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_LISTEN,
     DEFAULT_RESP, DEFAULT_SHUTDOWN_GRACE, DEFAULT_UPSTREAM_TIMEOUT, FileSettings, GatewayTable,
-    Settings, parse_upstream,
+    Settings, UpstreamProtocol, parse_upstream,
 };
 pub use signals::shutdown_signal;
 pub use startup::GatewayError;

@@ -35,6 +35,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
 
 use super::server::{json_error, serve_http};
+pub use super::settings::UpstreamProtocol;
 use super::settings::{DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT};
 use super::tls::{TlsAcceptor, TlsError};
 use super::upstream::{Http1Pool, UpstreamError};
@@ -65,6 +66,8 @@ pub struct ProxyOptions {
     /// How long a client has to send a request's headers (slowloris defence); also how
     /// long it has to finish a TLS handshake.
     pub header_read_timeout: Duration,
+    /// How the upstream is spoken to.
+    pub upstream_protocol: UpstreamProtocol,
     /// CA certificates an `https://` upstream's certificate must chain to; `None`: the
     /// system's roots.
     pub upstream_ca_file: Option<std::path::PathBuf>,
@@ -79,6 +82,7 @@ impl ProxyOptions {
             upstream,
             upstream_timeout: DEFAULT_UPSTREAM_TIMEOUT,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            upstream_protocol: UpstreamProtocol::Http1,
             upstream_ca_file: None,
             tls: None,
         }
@@ -148,6 +152,8 @@ pub struct Proxy {
     timeout: Duration,
     /// `X-Forwarded-Proto`: how the client reached the proxy.
     forwarded_proto: HeaderValue,
+    /// Whether the upstream is spoken to in HTTP/2.
+    http2: bool,
 }
 
 /// The pooled client: for an `http://` upstream, connections of our own driven by each
@@ -156,6 +162,8 @@ pub struct Proxy {
 enum UpstreamClient {
     Http(Arc<Http1Pool>),
     Https(Box<Client<HttpsConnector<HttpConnector>, Body>>),
+    /// HTTP/2 to a plain upstream, by prior knowledge.
+    H2c(Box<Client<HttpConnector, Body>>),
 }
 
 const HOP_BY_HOP_COUNT: usize = 7;
@@ -199,15 +207,25 @@ impl Proxy {
             builder.pool_idle_timeout(Duration::from_secs(60));
             builder
         };
+        let http2 = options.upstream_protocol == UpstreamProtocol::Http2;
         let client = if options.upstream.scheme_str() == Some("https") {
             connector.enforce_http(false);
             let tls = crate::tls::client_config(options.upstream_ca_file.as_deref())?;
-            let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            let https = hyper_rustls::HttpsConnectorBuilder::new()
                 .with_tls_config((*tls).clone())
-                .https_only()
-                .enable_http1()
-                .wrap_connector(connector);
-            UpstreamClient::Https(Box::new(builder().build(connector)))
+                .https_only();
+            let mut builder = builder();
+            let connector = if http2 {
+                builder.http2_only(true);
+                https.enable_http2().wrap_connector(connector)
+            } else {
+                https.enable_http1().wrap_connector(connector)
+            };
+            UpstreamClient::Https(Box::new(builder.build(connector)))
+        } else if http2 {
+            let mut builder = builder();
+            builder.http2_only(true);
+            UpstreamClient::H2c(Box::new(builder.build(connector)))
         } else {
             let host = options.upstream.host().unwrap_or("127.0.0.1");
             let port = options.upstream.port_u16().unwrap_or(80);
@@ -228,6 +246,7 @@ impl Proxy {
             host,
             upstream: options.upstream.clone(),
             timeout: options.upstream_timeout,
+            http2,
             forwarded_proto: HeaderValue::from_static(if options.tls.is_some() {
                 "https"
             } else {
@@ -260,7 +279,10 @@ impl Proxy {
         let client_takes_trailers = accepts_trailers(&parts.headers);
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.insert(header::TE, TE_TRAILERS);
-        parts.headers.insert(header::CONNECTION, CONNECTION_TE);
+        // HTTP/2 has no connection-specific headers: `TE: trailers` is allowed alone.
+        if !self.http2 {
+            parts.headers.insert(header::CONNECTION, CONNECTION_TE);
+        }
         if let Some(peer) = peer {
             append_forwarded_for(&mut parts.headers, peer);
         }
@@ -310,6 +332,13 @@ impl Proxy {
                 self.answer(sent, Body::new, client_takes_trailers)
             }
             UpstreamClient::Https(client) => {
+                let sent = client.request(Request::from_parts(parts, body));
+                let sent = tokio::time::timeout(self.timeout, sent)
+                    .await
+                    .map_err(|_| TimedOut);
+                self.answer(sent, Body::new, client_takes_trailers)
+            }
+            UpstreamClient::H2c(client) => {
                 let sent = client.request(Request::from_parts(parts, body));
                 let sent = tokio::time::timeout(self.timeout, sent)
                     .await

@@ -40,6 +40,37 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// How long a client has to send a request's headers (slowloris defence).
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How the proxy speaks to its upstream (`upstream_protocol`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1, kept alive and pooled.
+    #[default]
+    Http1,
+    /// HTTP/2: by prior knowledge (h2c) to an `http://` upstream, by ALPN `h2` to an
+    /// `https://` one. Streams both ways and trailers, for gRPC upstreams.
+    Http2,
+}
+
+impl std::fmt::Display for UpstreamProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            UpstreamProtocol::Http1 => "http1",
+            UpstreamProtocol::Http2 => "http2",
+        })
+    }
+}
+
 /// The service's settings as one place gives them; `None` leaves a setting to the next
 /// place: a flag wins over its environment variable, which wins over the `[gateway]`
 /// table, which wins over the default.
@@ -84,6 +115,16 @@ pub struct Settings {
     #[serde(default, deserialize_with = "upstream")]
     #[schemars(with = "Option<String>")]
     pub upstream: Option<Uri>,
+    /// How the upstream is spoken to: http1, or http2 (h2c by prior knowledge to an
+    /// http:// upstream, ALPN h2 to an https:// one; for gRPC upstreams) [default: http1].
+    #[arg(
+        long,
+        value_name = "PROTOCOL",
+        env = "TOLLGATE_UPSTREAM_PROTOCOL",
+        value_enum
+    )]
+    #[serde(default)]
+    pub upstream_protocol: Option<UpstreamProtocol>,
     /// CA certificates (PEM) an https:// upstream's certificate must chain to [default: the
     /// system's roots].
     #[arg(long, value_name = "PATH", env = "TOLLGATE_UPSTREAM_CA_FILE")]
@@ -188,6 +229,7 @@ impl Settings {
             },
             listen: or(&self.listen, &lower.listen),
             upstream: or(&self.upstream, &lower.upstream),
+            upstream_protocol: or(&self.upstream_protocol, &lower.upstream_protocol),
             upstream_ca_file: or(&self.upstream_ca_file, &lower.upstream_ca_file),
             admin: or(&self.admin, &lower.admin),
             admin_token: or(&self.admin_token, &lower.admin_token),
@@ -288,6 +330,11 @@ impl Settings {
                     .as_ref()
                     .map_or("\"built-in demo\"".to_owned(), |u| text(u)),
                 self.upstream.is_some(),
+            ),
+            (
+                "upstream_protocol",
+                text(&self.upstream_protocol.unwrap_or_default()),
+                self.upstream_protocol.is_some(),
             ),
             (
                 "upstream_ca_file",

@@ -140,6 +140,7 @@ impl Gateway {
         proxy_options.upstream_timeout = resolved.upstream_timeout();
         proxy_options.header_read_timeout = resolved.header_read_timeout();
         proxy_options.upstream_ca_file = resolved.upstream_ca_file.clone();
+        proxy_options.upstream_protocol = resolved.upstream_protocol.unwrap_or_default();
         proxy_options.tls = http_tls.clone();
         let proxy = Proxy::from_options(&proxy_options)?;
         let mut admin_options = AdminOptions::new(metrics);

@@ -202,3 +202,46 @@ async fn a_grpc_client_refused_by_the_proxy_reads_resource_exhausted() {
         .unwrap_or_else(|| panic!("{refused:?}"));
     assert!((3000..=3600).contains(&retry), "{retry}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_upstream_is_proxied_over_http2_with_its_trailers() {
+    use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::RateLimitRequest;
+    use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+    // The upstream: a real gRPC server (another gateway's rate limit service).
+    let upstream = crate::support::start_gateway("[limits]\n\"edge\" = \"100/min\"\n", |o| {
+        o.grpc = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let grpc = upstream.gateway.grpc_addr().unwrap();
+    let proxy = crate::support::start_gateway("[limits]\n\"/\" = \"2/min\"\n", |o| {
+        o.upstream = Some(format!("http://{grpc}").parse().unwrap());
+        o.upstream_protocol = Some(tollgate_server::UpstreamProtocol::Http2);
+    })
+    .await;
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{}", proxy.gateway.listen_addr()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    let call = || RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![crate::grpc::descriptor(&[("k", "v")])],
+        ..RateLimitRequest::default()
+    };
+    for _ in 0..2 {
+        // Answered by the upstream: its message and its grpc-status trailer came through.
+        let answer = client.should_rate_limit(call()).await.unwrap().into_inner();
+        assert_eq!(answer.overall_code(), Code::Ok);
+    }
+    // The third is refused by the proxy's own limit, as gRPC.
+    let refused = client.should_rate_limit(call()).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+}
