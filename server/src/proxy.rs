@@ -297,12 +297,7 @@ impl Proxy {
                 // Said in the README: relayed to plain-HTTP upstreams only, for now.
                 return json_error(StatusCode::NOT_IMPLEMENTED, "websocket_to_https_upstream");
             };
-            parts.uri = parts
-                .uri
-                .path_and_query()
-                .cloned()
-                .map_or_else(|| Uri::from_static("/"), Uri::from);
-            parts.headers.insert(header::HOST, self.host.clone());
+            self.origin_form(&mut parts);
             parts.headers.remove(header::TE);
             let (host, port) = pool.address();
             return websocket::relay(
@@ -316,13 +311,7 @@ impl Proxy {
         }
         match &self.client {
             UpstreamClient::Http(pool) => {
-                // Origin form on a connection of our own: the path, and `Host` set here.
-                parts.uri = parts
-                    .uri
-                    .path_and_query()
-                    .cloned()
-                    .map_or_else(|| Uri::from_static("/"), Uri::from);
-                parts.headers.insert(header::HOST, self.host.clone());
+                self.origin_form(&mut parts);
                 // The pool bounds the wait itself (a timer per connection).
                 let sent = match pool.send(Request::from_parts(parts, body)).await {
                     Ok(response) => Ok(Ok(response)),
@@ -332,20 +321,40 @@ impl Proxy {
                 self.answer(sent, Body::new, client_takes_trailers)
             }
             UpstreamClient::Https(client) => {
-                let sent = client.request(Request::from_parts(parts, body));
-                let sent = tokio::time::timeout(self.timeout, sent)
-                    .await
-                    .map_err(|_| TimedOut);
-                self.answer(sent, Body::new, client_takes_trailers)
+                let request = Request::from_parts(parts, body);
+                self.through(client, request, client_takes_trailers).await
             }
             UpstreamClient::H2c(client) => {
-                let sent = client.request(Request::from_parts(parts, body));
-                let sent = tokio::time::timeout(self.timeout, sent)
-                    .await
-                    .map_err(|_| TimedOut);
-                self.answer(sent, Body::new, client_takes_trailers)
+                let request = Request::from_parts(parts, body);
+                self.through(client, request, client_takes_trailers).await
             }
         }
+    }
+
+    /// Origin form on a connection of our own: the path and query, and `Host` set here.
+    fn origin_form(&self, parts: &mut http::request::Parts) {
+        parts.uri = parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .map_or_else(|| Uri::from_static("/"), Uri::from);
+        parts.headers.insert(header::HOST, self.host.clone());
+    }
+
+    /// `request` through hyper-util's pooled `client` (TLS, or HTTP/2), within the timeout.
+    async fn through<C>(
+        &self,
+        client: &Client<C, Body>,
+        request: Request,
+        client_takes_trailers: bool,
+    ) -> Response
+    where
+        C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+    {
+        let sent = tokio::time::timeout(self.timeout, client.request(request))
+            .await
+            .map_err(|_| TimedOut);
+        self.answer(sent, Body::new, client_takes_trailers)
     }
 
     /// The client's response, hop-by-hop headers dropped (and `Trailer` unless the client

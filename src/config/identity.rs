@@ -156,26 +156,13 @@ impl Identity {
             header: HeaderName::from_static("x-api-key"),
             sources: Vec::new(),
         });
-        if let Some(header) = &raw_keys.header {
-            match HeaderName::from_bytes(header.get_ref().trim().as_bytes()) {
-                Ok(name) => settings.header = name,
-                Err(_) => diagnostics.push(source.at(
-                    header.span(),
-                    format!(
-                        "\"{}\" is not a header name",
-                        header.get_ref().escape_debug()
-                    ),
-                )),
-            }
+        if let Some(header) = &raw_keys.header
+            && let Some(name) = super::members::header_name(source, header, diagnostics)
+        {
+            settings.header = name;
         }
         if let Some(members) = &raw_keys.members {
-            settings.sources = Vec::new();
-            for item in members.get_ref() {
-                match super::members::member_source(&source.path, source.remote, item.get_ref()) {
-                    Ok(member) => settings.sources.push(member),
-                    Err(reason) => diagnostics.push(source.at(item.span(), reason)),
-                }
-            }
+            settings.sources = super::members::member_sources(source, members, diagnostics);
         }
     }
 
@@ -344,20 +331,12 @@ impl Identity {
         diagnostics: &mut Vec<Diagnostic>,
     ) -> Option<ReadKeys> {
         let settings = self.api_keys.as_ref()?;
-        let mut ordered = Vec::new();
-        for wanted in &settings.sources {
-            match texts.iter().find(|text| text.path == wanted.name()) {
-                Some(text) => ordered.push(*text),
-                None => diagnostics.push(Diagnostic {
-                    file: wanted.name().to_path_buf(),
-                    line: 0,
-                    column: 0,
-                    message: "named in [identity.api_keys] members but not read (config given \
-                              as text reads no other files: load the config from files)"
-                        .to_owned(),
-                }),
-            }
-        }
+        let ordered = super::members::texts_of(
+            &settings.sources,
+            texts,
+            "[identity.api_keys] members",
+            diagnostics,
+        );
         let read_from = super::members::fingerprints(&ordered);
         if let Some(previous) = previous
             && previous.read_from == read_from

@@ -5,6 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
+use http::HeaderName;
+use toml::Spanned;
+
+use super::error::Diagnostic;
 use super::source::{ConfigSource, SourceText};
 
 /// The longest plan name: plans are names an operator writes, not identities.
@@ -162,4 +166,67 @@ pub(super) fn jwks_url(text: &str) -> Result<ConfigSource, String> {
             text.escape_debug()
         ))
     }
+}
+
+/// A header name a table writes, or (with a diagnostic at it) `None`.
+pub(super) fn header_name(
+    source: &SourceText,
+    written: &Spanned<String>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<HeaderName> {
+    match HeaderName::from_bytes(written.get_ref().trim().as_bytes()) {
+        Ok(name) => Some(name),
+        Err(_) => {
+            diagnostics.push(source.at(
+                written.span(),
+                format!(
+                    "\"{}\" is not a header name",
+                    written.get_ref().escape_debug()
+                ),
+            ));
+            None
+        }
+    }
+}
+
+/// A `members` list as sources, each entry resolved against `source` (a bad one said).
+pub(super) fn member_sources(
+    source: &SourceText,
+    members: &Spanned<Vec<Spanned<String>>>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Vec<ConfigSource> {
+    let mut sources = Vec::new();
+    for item in members.get_ref() {
+        match member_source(&source.path, source.remote, item.get_ref()) {
+            Ok(member) => sources.push(member),
+            Err(reason) => diagnostics.push(source.at(item.span(), reason)),
+        }
+    }
+    sources
+}
+
+/// The texts of `wanted` among `texts`, in `wanted`'s order; one not read is said, naming
+/// the `table` that named it.
+pub(super) fn texts_of<'t>(
+    wanted: &[ConfigSource],
+    texts: &[&'t SourceText],
+    table: &str,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Vec<&'t SourceText> {
+    let mut ordered = Vec::new();
+    for wanted in wanted {
+        match texts.iter().find(|text| text.path == wanted.name()) {
+            Some(text) => ordered.push(*text),
+            None => diagnostics.push(Diagnostic {
+                file: wanted.name().to_path_buf(),
+                line: 0,
+                column: 0,
+                message: format!(
+                    "named in {table} but not read (config given as text reads no other \
+                     files: load the config from files)"
+                ),
+            }),
+        }
+    }
+    ordered
 }

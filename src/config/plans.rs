@@ -22,7 +22,9 @@ use std::sync::Arc;
 use http::{HeaderName, Request};
 
 use super::error::Diagnostic;
-use super::members::{bad_plan_name, fingerprints, is_plan_name, member_source};
+use super::members::{
+    bad_plan_name, fingerprints, header_name, is_plan_name, member_sources, texts_of,
+};
 use super::raw::RawPlans;
 use super::source::{ConfigSource, SourceText};
 use crate::key::{
@@ -237,26 +239,13 @@ impl Plans {
                 self.claim = Some(name.to_owned());
             }
         }
-        if let Some(header) = &raw.header {
-            match HeaderName::from_bytes(header.get_ref().trim().as_bytes()) {
-                Ok(name) => self.header = Some(name),
-                Err(_) => diagnostics.push(source.at(
-                    header.span(),
-                    format!(
-                        "\"{}\" is not a header name",
-                        header.get_ref().escape_debug()
-                    ),
-                )),
-            }
+        if let Some(header) = &raw.header
+            && let Some(name) = header_name(source, header, diagnostics)
+        {
+            self.header = Some(name);
         }
         if let Some(members) = &raw.members {
-            self.sources = Vec::new();
-            for item in members.get_ref() {
-                match member_source(&source.path, source.remote, item.get_ref()) {
-                    Ok(member) => self.sources.push(member),
-                    Err(reason) => diagnostics.push(source.at(item.span(), reason)),
-                }
-            }
+            self.sources = member_sources(source, members, diagnostics);
         }
     }
 
@@ -268,20 +257,7 @@ impl Plans {
         previous: Option<&Plans>,
         diagnostics: &mut Vec<Diagnostic>,
     ) {
-        let mut ordered = Vec::new();
-        for wanted in &self.sources {
-            match texts.iter().find(|text| text.path == wanted.name()) {
-                Some(text) => ordered.push(*text),
-                None => diagnostics.push(Diagnostic {
-                    file: wanted.name().to_path_buf(),
-                    line: 0,
-                    column: 0,
-                    message: "named in [plans] members but not read (config given as text \
-                              reads no other files: load the config from files)"
-                        .to_owned(),
-                }),
-            }
-        }
+        let ordered = texts_of(&self.sources, texts, "[plans] members", diagnostics);
         let read_from = fingerprints(&ordered);
         if let Some(previous) = previous
             && previous.members.read_from == read_from
