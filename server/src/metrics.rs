@@ -241,6 +241,18 @@ pub const CATALOGUE: &[Metric] = &[
         "Certificate reloads refused (the previous pair kept), by listener.",
     ),
     metric(
+        "tollgate_upstream_errors_total",
+        Kind::Counter,
+        &["kind"],
+        "Proxied requests the upstream failed, by kind: timeout (no response head in time: a 504), unavailable (no connection or a refused certificate: a 502), broken (a response body or its trailers broke off mid-stream).",
+    ),
+    metric(
+        "tollgate_client_connection_errors_total",
+        Kind::Counter,
+        &["listener", "kind"],
+        "Client connections the gateway closed for what the client did, by listener and kind: excessive_resets (HTTP/2 streams reset in a flood, CVE-2023-44487), protocol_error (another HTTP/2 violation), header_timeout (HTTP/1.1 headers not sent in time).",
+    ),
+    metric(
         "tollgate_tls_handshake_failures_total",
         Kind::Counter,
         &["listener"],

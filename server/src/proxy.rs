@@ -38,7 +38,7 @@ use super::server::{json_error, serve_http};
 pub use super::settings::UpstreamProtocol;
 use super::settings::{DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_UPSTREAM_TIMEOUT};
 use super::tls::{TlsAcceptor, TlsError};
-use super::upstream::{Http1Pool, UpstreamError};
+use super::upstream::{Http1Pool, UPSTREAM_ERRORS, UpstreamError, count_upstream_error};
 use super::websocket::{self, is_websocket};
 
 /// The upstream sent no response head in time.
@@ -124,6 +124,10 @@ pub async fn serve_with<St: Store>(
     options: ProxyOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) {
+    for kind in UPSTREAM_ERRORS {
+        // Series at 0 from the start, so a rate over them is defined before the first.
+        metrics::counter!("tollgate_upstream_errors_total", "kind" => kind).increment(0);
+    }
     let app = Router::new()
         .fallback(handler)
         .with_state(Arc::new(proxy))
@@ -154,6 +158,8 @@ pub struct Proxy {
     forwarded_proto: HeaderValue,
     /// Whether the upstream is spoken to in HTTP/2.
     http2: bool,
+    /// Where WebSocket upgrades go (`None`: an `https://` host that cannot be a TLS name).
+    websocket: Option<Arc<websocket::Target>>,
 }
 
 /// The pooled client: for an `http://` upstream, connections of our own driven by each
@@ -208,9 +214,13 @@ impl Proxy {
             builder
         };
         let http2 = options.upstream_protocol == UpstreamProtocol::Http2;
+        let upstream_host = options.upstream.host().unwrap_or("127.0.0.1");
+        let websocket;
         let client = if options.upstream.scheme_str() == Some("https") {
             connector.enforce_http(false);
             let tls = crate::tls::client_config(options.upstream_ca_file.as_deref())?;
+            let port = options.upstream.port_u16().unwrap_or(443);
+            websocket = websocket::Target::tls(upstream_host, port, &tls).map(Arc::new);
             let https = hyper_rustls::HttpsConnectorBuilder::new()
                 .with_tls_config((*tls).clone())
                 .https_only();
@@ -223,12 +233,15 @@ impl Proxy {
             };
             UpstreamClient::Https(Box::new(builder.build(connector)))
         } else if http2 {
+            let port = options.upstream.port_u16().unwrap_or(80);
+            websocket = Some(Arc::new(websocket::Target::plain(upstream_host, port)));
             let mut builder = builder();
             builder.http2_only(true);
             UpstreamClient::H2c(Box::new(builder.build(connector)))
         } else {
-            let host = options.upstream.host().unwrap_or("127.0.0.1");
+            let host = upstream_host;
             let port = options.upstream.port_u16().unwrap_or(80);
+            websocket = Some(Arc::new(websocket::Target::plain(host, port)));
             UpstreamClient::Http(Arc::new(Http1Pool::new(
                 host,
                 port,
@@ -247,6 +260,7 @@ impl Proxy {
             upstream: options.upstream.clone(),
             timeout: options.upstream_timeout,
             http2,
+            websocket,
             forwarded_proto: HeaderValue::from_static(if options.tls.is_some() {
                 "https"
             } else {
@@ -293,17 +307,15 @@ impl Proxy {
             .headers
             .insert(X_FORWARDED_PROTO, self.forwarded_proto.clone());
         if websocket {
-            let UpstreamClient::Http(pool) = &self.client else {
-                // Said in the README: relayed to plain-HTTP upstreams only, for now.
-                return json_error(StatusCode::NOT_IMPLEMENTED, "websocket_to_https_upstream");
+            let Some(target) = &self.websocket else {
+                count_upstream_error("unavailable");
+                return json_error(StatusCode::BAD_GATEWAY, "upstream_unavailable");
             };
             self.origin_form(&mut parts);
             parts.headers.remove(header::TE);
-            let (host, port) = pool.address();
             return websocket::relay(
                 Request::from_parts(parts, body),
-                host,
-                port,
+                target,
                 self.timeout,
                 websocket::IDLE_TIMEOUT,
             )
@@ -318,7 +330,7 @@ impl Proxy {
                     Err(UpstreamError::TimedOut(_)) => Err(TimedOut),
                     Err(failure) => Ok(Err(failure)),
                 };
-                self.answer(sent, Body::new, client_takes_trailers)
+                self.answer(sent, client_takes_trailers)
             }
             UpstreamClient::Https(client) => {
                 let request = Request::from_parts(parts, body);
@@ -354,24 +366,30 @@ impl Proxy {
         let sent = tokio::time::timeout(self.timeout, client.request(request))
             .await
             .map_err(|_| TimedOut);
-        self.answer(sent, Body::new, client_takes_trailers)
+        self.answer(sent, client_takes_trailers)
     }
 
     /// The client's response, hop-by-hop headers dropped (and `Trailer` unless the client
-    /// takes trailers), or a 504 (`sent` timed out) or 502 (it failed).
+    /// takes trailers), or a 504 (`sent` timed out) or 502 (it failed). A body that breaks
+    /// off (a reset stream, malformed trailers) is counted as it does.
     fn answer<B, E: std::fmt::Display>(
         &self,
         sent: Result<Result<http::Response<B>, E>, TimedOut>,
-        body: impl FnOnce(B) -> Body,
         client_takes_trailers: bool,
-    ) -> Response {
+    ) -> Response
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
         match sent {
             Err(TimedOut) => {
                 tracing::warn!(upstream = %self.upstream, timeout = ?self.timeout, "upstream timed out");
+                count_upstream_error("timeout");
                 json_error(StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
             }
             Ok(Err(failure)) => {
                 tracing::warn!(upstream = %self.upstream, error = %failure, "upstream unreachable");
+                count_upstream_error("unavailable");
                 json_error(StatusCode::BAD_GATEWAY, "upstream_unavailable")
             }
             Ok(Ok(response)) => {
@@ -380,7 +398,11 @@ impl Proxy {
                 if !client_takes_trailers {
                     parts.headers.remove(header::TRAILER);
                 }
-                Response::from_parts(parts, body(inner))
+                let inner = http_body_util::BodyExt::map_err(inner, |error| {
+                    count_upstream_error("broken");
+                    error
+                });
+                Response::from_parts(parts, Body::new(inner))
             }
         }
     }

@@ -32,6 +32,11 @@ pub(crate) async fn serve_http(
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let http = builder(header_read_timeout);
+    for kind in CLIENT_FAULTS {
+        // Series at 0 from the start, so a rate over them is defined before the first.
+        metrics::counter!("tollgate_client_connection_errors_total", "listener" => name, "kind" => kind)
+            .increment(0);
+    }
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -63,7 +68,7 @@ pub(crate) async fn serve_http(
             let connection = graceful.watch(connection);
             tokio::spawn(async move {
                 if let Err(error) = connection.await {
-                    tracing::debug!(listener = name, %peer, %error, "connection ended with an error");
+                    ended_with(name, peer, &*error);
                 }
             });
             continue;
@@ -76,12 +81,57 @@ pub(crate) async fn serve_http(
             let connection =
                 http.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service);
             if let Err(error) = watcher.watch(connection.into_owned()).await {
-                tracing::debug!(listener = name, %peer, %error, "connection ended with an error");
+                ended_with(name, peer, &*error);
             }
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// Logs a connection's `error` at debug and counts those the client caused in
+/// `tollgate_client_connection_errors_total`: `excessive_resets` (an HTTP/2 connection
+/// closed for resetting streams in a flood, or provoking resets), `protocol_error` (closed
+/// for another HTTP/2 protocol violation), `header_timeout` (HTTP/1.1 headers not sent in
+/// time). A client hanging up is not counted.
+fn ended_with(
+    name: &'static str,
+    peer: std::net::SocketAddr,
+    error: &(dyn std::error::Error + 'static),
+) {
+    tracing::debug!(listener = name, %peer, %error, "connection ended with an error");
+    if let Some(kind) = client_fault(error) {
+        metrics::counter!("tollgate_client_connection_errors_total", "listener" => name, "kind" => kind)
+            .increment(1);
+    }
+}
+
+/// The kinds [`client_fault`] tells apart.
+const CLIENT_FAULTS: [&str; 3] = ["excessive_resets", "protocol_error", "header_timeout"];
+
+/// What a connection's `error` says the client did wrong, if anything.
+fn client_fault(error: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if let Some(http) = error.downcast_ref::<hyper::Error>()
+            && http.is_timeout()
+        {
+            return Some("header_timeout");
+        }
+        if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            // The server's own GOAWAY, for what the client did.
+            if !h2.is_go_away() || h2.is_remote() {
+                return None;
+            }
+            return match h2.reason() {
+                Some(h2::Reason::ENHANCE_YOUR_CALM) => Some("excessive_resets"),
+                Some(h2::Reason::NO_ERROR) | None => None,
+                Some(_) => Some("protocol_error"),
+            };
+        }
+        cause = error.source();
+    }
+    None
 }
 
 /// The most streams an HTTP/2 client may have open at once on one connection.

@@ -102,11 +102,6 @@ impl std::fmt::Debug for Http1Pool {
 }
 
 impl Http1Pool {
-    /// The `host` and `port` it connects to.
-    pub(crate) fn address(&self) -> (&str, u16) {
-        (&self.host, self.port)
-    }
-
     /// A pool of connections to `host:port`, closing those idle longer than
     /// `idle_timeout`, waiting at most `timeout` for a response head (connecting
     /// included).
@@ -288,6 +283,16 @@ impl Drop for UpstreamBody {
             pool.put(pooled);
         }
     }
+}
+
+/// The kinds of `tollgate_upstream_errors_total`.
+pub(crate) const UPSTREAM_ERRORS: [&str; 3] = ["timeout", "unavailable", "broken"];
+
+/// Counts one failure to reach or hear the upstream in `tollgate_upstream_errors_total`:
+/// `timeout` (no response head in time), `unavailable` (no connection, a refused
+/// certificate), `broken` (a response body or its trailers broke off).
+pub(crate) fn count_upstream_error(kind: &'static str) {
+    metrics::counter!("tollgate_upstream_errors_total", "kind" => kind).increment(1);
 }
 
 #[cfg(test)]

@@ -4,6 +4,10 @@
 //! closes — a side that stops sending is half-closed towards the other, and a relay with no
 //! byte either way for the idle timeout is closed. The 101 carries an [`UpgradeSlot`], so a
 //! concurrency cap counts the open socket until the relay ends, however it ends.
+//!
+//! The upgrade is always HTTP/1.1 (RFC 6455), over TLS to an `https://` upstream (ALPN
+//! `http/1.1`, its certificate verified as the proxy's other requests are), whatever
+//! `upstream_protocol` says for other requests.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,11 +17,13 @@ use axum::body::Body;
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::time::Instant;
 use tollgate::body::UpgradeSlot;
 
 use super::server::json_error;
+use super::upstream::count_upstream_error;
 
 /// How long a relayed WebSocket may carry nothing either way before it is closed.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -38,13 +44,84 @@ pub(crate) fn is_websocket(headers: &HeaderMap) -> bool {
     upgrade && connection
 }
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where upgrades go: the upstream's host and port, and TLS to it for an `https://` one.
+#[derive(Clone)]
+pub(crate) struct Target {
+    host: String,
+    port: u16,
+    tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl Target {
+    /// Plain TCP to `host:port`.
+    pub(crate) fn plain(host: &str, port: u16) -> Target {
+        Target {
+            host: host.to_owned(),
+            port,
+            tls: None,
+        }
+    }
+
+    /// TLS to `host:port` with `config` (its ALPN replaced by `http/1.1`), SNI `host`.
+    /// `None` if `host` cannot be a TLS server name.
+    pub(crate) fn tls(host: &str, port: u16, config: &rustls::ClientConfig) -> Option<Target> {
+        let name = ServerName::try_from(host.to_owned()).ok()?;
+        let mut config = config.clone();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Some(Target {
+            host: host.to_owned(),
+            port,
+            tls: Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name)),
+        })
+    }
+
+    /// `request` sent on a new connection to the target, the connection driven with
+    /// upgrades on a task of its own.
+    async fn send(
+        &self,
+        request: Request<Body>,
+    ) -> Result<http::Response<hyper::body::Incoming>, BoxError> {
+        let stream = tokio::net::TcpStream::connect((self.host.as_str(), self.port)).await?;
+        let _ = stream.set_nodelay(true);
+        match &self.tls {
+            None => send_over(stream, request).await,
+            Some((connector, name)) => {
+                send_over(connector.connect(name.clone(), stream).await?, request).await
+            }
+        }
+    }
+}
+
+async fn send_over<T>(
+    io: T,
+    request: Request<Body>,
+) -> Result<http::Response<hyper::body::Incoming>, BoxError>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    tokio::spawn(connection.with_upgrades());
+    Ok(sender.send_request(request).await?)
+}
+
 /// Sends the upgrade `request` (its headers prepared for the upstream, `Upgrade` and
-/// `Connection` restored here) to `host:port` within `timeout`, and relays the upgraded
+/// `Connection` restored here) to `target` within `timeout`, and relays the upgraded
 /// connections if the upstream agrees.
 pub(crate) async fn relay(
     mut request: Request<Body>,
-    host: &str,
-    port: u16,
+    target: &Target,
     timeout: Duration,
     idle: Duration,
 ) -> Response {
@@ -55,19 +132,14 @@ pub(crate) async fn relay(
     request
         .headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    let sent = tokio::time::timeout(timeout, async {
-        let stream = tokio::net::TcpStream::connect((host, port)).await?;
-        let _ = stream.set_nodelay(true);
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(connection.with_upgrades());
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(sender.send_request(request).await?)
-    })
-    .await;
-    let mut response = match sent {
-        Err(_) => return json_error(StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
+    let mut response = match tokio::time::timeout(timeout, target.send(request)).await {
+        Err(_) => {
+            count_upstream_error("timeout");
+            return json_error(StatusCode::GATEWAY_TIMEOUT, "upstream_timeout");
+        }
         Ok(Err(error)) => {
-            tracing::debug!(%error, "websocket upstream failed");
+            tracing::warn!(%error, "websocket upstream failed");
+            count_upstream_error("unavailable");
             return json_error(StatusCode::BAD_GATEWAY, "upstream_unavailable");
         }
         Ok(Ok(response)) => response,

@@ -161,6 +161,18 @@ async fn a_rapid_reset_flood_neither_stops_the_service_nor_leaks_a_slot() {
         .find(|line| line.starts_with("tollgate_in_flight{rule=\"api\"}"))
         .unwrap_or_else(|| panic!("{metrics}"));
     assert!(in_flight.ends_with(" 0"), "{in_flight}");
+    // Each flooding connection the server closed is counted, by listener.
+    let closed: u64 = metrics
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(
+                "tollgate_client_connection_errors_total{listener=\"proxy\",kind=\"excessive_resets\"} ",
+            )
+        })
+        .unwrap_or_else(|| panic!("{metrics}"))
+        .parse()
+        .unwrap();
+    assert!((1..=5).contains(&closed), "{closed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,7 @@ mod faults;
 mod gateway;
 mod grpc;
 mod grpc_protos;
+mod grpc_upstream;
 mod http2;
 mod identity;
 mod in_flight;

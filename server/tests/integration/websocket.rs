@@ -1,39 +1,63 @@
 //! WebSocket through the proxy, with real clients and servers (tokio-tungstenite): an
 //! upgrade decided like any request and relayed both ways; a concurrency cap counting open
 //! sockets, freed however a socket ends (a close frame, a hang-up); an upstream that never
-//! answers the upgrade is a 504 within the timeout; other upgrades pass as plain HTTP.
+//! answers the upgrade is a 504 within the timeout (and counted); an `https://` upstream's
+//! sockets go over TLS; other upgrades pass as plain HTTP.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt as _, StreamExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
+use tollgate_server::tls::{ListenerTls, TlsAcceptor};
+use tollgate_testkit::certs::Pki;
 
 use crate::support::{get, start_gateway};
 
-/// A WebSocket echo server on a free loopback port.
-async fn echo_server() -> SocketAddr {
+/// A WebSocket echo server on a free loopback port; over TLS with `tls`.
+async fn echo_server_with(tls: Option<Arc<TlsAcceptor>>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
+            let tls = tls.clone();
             tokio::spawn(async move {
-                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
-                    return;
-                };
-                while let Some(Ok(message)) = socket.next().await {
-                    if message.is_close() {
-                        break;
-                    }
-                    if socket.send(message).await.is_err() {
-                        break;
+                match tls {
+                    None => echo(stream).await,
+                    Some(tls) => {
+                        if let Ok(stream) = tls.accept(stream, Duration::from_secs(5)).await {
+                            echo(stream).await;
+                        }
                     }
                 }
             });
         }
     });
     address
+}
+
+async fn echo_server() -> SocketAddr {
+    echo_server_with(None).await
+}
+
+/// Echoes every message on the WebSocket accepted on `stream` until it closes.
+async fn echo<S>(stream: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
+        return;
+    };
+    while let Some(Ok(message)) = socket.next().await {
+        if message.is_close() {
+            break;
+        }
+        if socket.send(message).await.is_err() {
+            break;
+        }
+    }
 }
 
 type Socket = tokio_tungstenite::WebSocketStream<TcpStream>;
@@ -146,7 +170,50 @@ async fn an_upstream_that_never_answers_the_upgrade_is_a_504_in_time() {
         "{:?}",
         started.elapsed()
     );
+    let metrics = get(running.gateway.admin_addr(), "/metrics", &[])
+        .await
+        .body;
+    assert!(
+        metrics.lines().any(|line| line
+            .starts_with("tollgate_upstream_errors_total{kind=\"timeout\"}")
+            && !line.ends_with(" 0")),
+        "the timeout is counted:\n{metrics}"
+    );
     held.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockets_to_an_https_upstream_go_over_tls_verified_against_its_ca() {
+    let pki = Pki::new("websocket");
+    let pair = pki.server("upstream");
+    let tls = TlsAcceptor::load(
+        "upstream",
+        ListenerTls::new(&pair.cert, &pair.key),
+        &[b"http/1.1"],
+    )
+    .unwrap();
+    let upstream = echo_server_with(Some(tls)).await;
+    let through = |ca_file: Option<std::path::PathBuf>| async move {
+        start_gateway("[limits]\nchat = \"100/min\"\n", |o| {
+            o.upstream = Some(
+                format!("https://localhost:{}", upstream.port())
+                    .parse()
+                    .unwrap(),
+            );
+            o.upstream_ca_file = ca_file;
+        })
+        .await
+    };
+    let running = through(Some(pki.ca.clone())).await;
+    let mut socket = open(running.gateway.listen_addr()).await.unwrap();
+    echoes(&mut socket, "over tls").await;
+    echoes(&mut socket, &"y".repeat(50_000)).await;
+    // An upstream certificate the proxy does not trust: no socket, a 502.
+    let untrusting = through(None).await;
+    assert_eq!(
+        open(untrusting.gateway.listen_addr()).await.err(),
+        Some(502)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
