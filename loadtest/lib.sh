@@ -61,3 +61,27 @@ median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 machine() {
   echo "machine: $(nproc) cores, $(awk -F: '/model name/ { print $2; exit }' /proc/cpuinfo | sed 's/^ //'); $(date -u +%F)"
 }
+
+# An nginx config under $work/NAME (the caller's scratch folder): one worker, no daemon,
+# no access log, BODY inside `http { }`.
+nginx_conf() { # name, port, server block body
+  mkdir -p "$work/$1"
+  cat > "$work/$1/nginx.conf" <<CONF
+daemon off;
+master_process off;
+worker_processes 1;
+user root;
+pid $work/$1/nginx.pid;
+error_log $work/$1/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/$1/body;
+  proxy_temp_path $work/$1/proxy;
+  fastcgi_temp_path $work/$1/fastcgi;
+  uwsgi_temp_path $work/$1/uwsgi;
+  scgi_temp_path $work/$1/scgi;
+  $3
+}
+CONF
+}

@@ -13,7 +13,7 @@
 #   tower_governor (with its headers, `use_headers`, and bare; built in the same run, from
 #   the same Cargo.lock), never and mostly denying; each limiter's cost is its count minus
 #   bare's.
-# - gateway: the example gateway beside Debian's nginx `limit_req` in front of the same
+# - gateway: the gateway (the service binary, `target/release/tollgate`) beside Debian's nginx `limit_req` in front of the same
 #   upstream (server/loadtest/gateway.sh): proxy CPU time per request (user + system from
 #   /proc/<pid>/stat, which leaves out time stolen by the hypervisor), never and mostly
 #   denying. The steal the whole machine saw during that part is printed beside it.
@@ -25,7 +25,8 @@
 # - contention: threads on one key and on many, tollgate beside governor
 #   (benches/contention.rs), printed as it runs.
 #
-# ROUNDS, DURATION, CONNECTIONS and REQUESTS go to the scripts above. Needs valgrind, wrk,
+# ROUNDS, DURATION, CONNECTIONS and REQUESTS go to the scripts above; GATEWAY_BIN (profile
+# part) measures another build of the service instead of building this one. Needs valgrind, wrk,
 # nginx and taskset (apt-get install -y valgrind wrk nginx util-linux).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,7 +72,10 @@ if [[ $PARTS == *profile* ]]; then
   echo
   echo "== profile: the gateway proxying, instructions per request by crate (callgrind)"
   command -v python3 >/dev/null || { echo "the profile part needs python3" >&2; exit 1; }
-  cargo build --release --example gateway --example bench_hello
+  # GATEWAY_BIN profiles another build (an earlier commit's, for a before/after pair).
+  gateway_bin=${GATEWAY_BIN:-target/release/tollgate}
+  [ -n "${GATEWAY_BIN:-}" ] || cargo build --release -p tollgate-server --bin tollgate
+  cargo build --release --example bench_hello
   source loadtest/lib.sh
   trap 'cleanup_pids; rm -rf "$out"' EXIT
   mkdir -p "$out/nginx"
@@ -93,7 +97,7 @@ CONF
   n=${PROFILE_REQUESTS:-2000}
   for count in "$n" $((2 * n)); do
     TOKIO_WORKER_THREADS=1 RUST_LOG=warn valgrind --tool=callgrind \
-      --callgrind-out-file="$out/gateway.$count" target/release/examples/gateway \
+      --callgrind-out-file="$out/gateway.$count" "$gateway_bin" \
       --config "$out/profile.toml" --listen 127.0.0.1:18083 --admin 127.0.0.1:18084 \
       --upstream http://127.0.0.1:18081 2>/dev/null &
     gateway=$!

@@ -10,6 +10,7 @@
 # header, so it reuses upstream connections as the gateway does. Two scenarios: a quota
 # that never denies, and one that denies almost everything (one client, 1 request/s).
 # The runs are interleaved (nginx, gateway, nginx, gateway, ...) and medians reported.
+# GATEWAY_BIN=path measures that build of the service instead of building this one.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -25,8 +26,11 @@ for tool in wrk nginx taskset; do
   command -v "$tool" >/dev/null || { echo "server/loadtest/gateway.sh needs $tool (apt-get install -y wrk nginx)" >&2; exit 1; }
 done
 
-cargo build --release --example gateway
-gateway_bin=target/release/examples/gateway
+# The service binary: the same program as the gateway example, built from the service's
+# own dependencies only.
+# GATEWAY_BIN measures another build (an earlier commit's, for a before/after pair).
+gateway_bin=${GATEWAY_BIN:-target/release/tollgate}
+[ -n "${GATEWAY_BIN:-}" ] || cargo build --release -p tollgate-server --bin tollgate
 source loadtest/lib.sh
 work=$(mktemp -d)
 cleanup() {
@@ -34,28 +38,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-nginx_conf() { # name, port, server block body
-  mkdir -p "$work/$1"
-  cat > "$work/$1/nginx.conf" <<CONF
-daemon off;
-master_process off;
-worker_processes 1;
-user root;
-pid $work/$1/nginx.pid;
-error_log $work/$1/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $work/$1/body;
-  proxy_temp_path $work/$1/proxy;
-  fastcgi_temp_path $work/$1/fastcgi;
-  uwsgi_temp_path $work/$1/uwsgi;
-  scgi_temp_path $work/$1/scgi;
-  $3
-}
-CONF
-}
 
 # The upstream: a small fixed body.
 nginx_conf upstream $UPSTREAM_PORT "server { listen 127.0.0.1:$UPSTREAM_PORT; keepalive_requests 1000000; location / { return 200 'hello from the upstream\n'; } }"

@@ -35,13 +35,16 @@ pub(crate) fn is_websocket(headers: &HeaderMap) -> bool {
         .get(header::UPGRADE)
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.trim().eq_ignore_ascii_case("websocket"));
-    let connection = headers
+    if !upgrade {
+        // Most requests: no `Connection` list read.
+        return false;
+    }
+    headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
-        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
-    upgrade && connection
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
