@@ -21,6 +21,7 @@ use clap::{CommandFactory as _, FromArgMatches as _};
 use tollgate::Limits;
 
 use crate::logging::{LogFormat, Logging};
+use crate::telemetry::{TelemetryFile, TelemetryTable};
 use crate::{FileSettings, Gateway, GatewayTable, Settings, describe_rules, shutdown_signal};
 
 /// tollgate's rate-limit service: a rate-limiting reverse proxy with an admin listener,
@@ -260,6 +261,7 @@ fn check(settings: &Settings) -> ExitCode {
     let sources = settings.config_sources();
     let loaded = Limits::builder()
         .extension(GatewayTable::new(settings.clone()))
+        .extension(TelemetryTable)
         .load(&sources);
     match loaded {
         Ok(limits) => {
@@ -282,6 +284,7 @@ fn print_config(settings: &Settings, matches: &clap::ArgMatches) -> ExitCode {
     let sources = settings.config_sources();
     let loaded = Limits::builder()
         .extension(GatewayTable::new(settings.clone()))
+        .extension(TelemetryTable)
         .load(&sources);
     let limits = match loaded {
         Ok(limits) => limits,
@@ -353,6 +356,38 @@ async fn serve(settings: Settings, mut logging: Logging, levels: Levels) -> Exit
         format.or(file.log_format).unwrap_or_default(),
         &levels.level(file.log_level.as_deref()),
     );
+    // [telemetry] (or OTEL_*): traces to a collector, from now on.
+    let telemetry = gateway
+        .limits()
+        .rules()
+        .extension::<TelemetryFile>()
+        .map(|file| file.0.clone())
+        .unwrap_or_default();
+    match telemetry.resolve(|name| std::env::var(name).ok()) {
+        Ok(None) => {}
+        Ok(Some(resolved)) => {
+            if let Err(error) = logging.export_to(&resolved) {
+                say(&logging, &format!("tollgate: {error}"));
+                return ExitCode::FAILURE;
+            }
+            say(
+                &logging,
+                &format!(
+                    "tollgate: traces to {} (OTLP over {}), {}% of new traces kept",
+                    resolved.endpoint,
+                    match resolved.protocol {
+                        crate::telemetry::Protocol::Grpc => "gRPC",
+                        crate::telemetry::Protocol::HttpProtobuf => "HTTP",
+                    },
+                    resolved.sample_ratio * 100.0
+                ),
+            );
+        }
+        Err(error) => {
+            say(&logging, &format!("tollgate: {error}"));
+            return ExitCode::FAILURE;
+        }
+    }
     let upstream = if gateway.is_demo() {
         " (built-in demo)"
     } else {
@@ -386,6 +421,8 @@ async fn serve(settings: Settings, mut logging: Logging, levels: Levels) -> Exit
         );
     }
     gateway.run_until(shutdown_signal()).await;
+    // The last spans, flushed (bounded by the export timeout) off the runtime's workers.
+    let _ = tokio::task::spawn_blocking(move || logging.flush_telemetry()).await;
     ExitCode::SUCCESS
 }
 

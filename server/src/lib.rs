@@ -47,6 +47,7 @@ mod settings;
 mod signals;
 mod startup;
 pub mod suggest;
+pub mod telemetry;
 pub mod tls;
 mod upstream;
 mod websocket;

@@ -25,6 +25,8 @@ use tracing_subscriber::layer::{Layered, SubscriberExt as _};
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer, Registry, reload};
 
+use crate::telemetry::{Exporting, Resolved, TelemetryError};
+
 /// How log lines are written.
 #[derive(
     Clone,
@@ -93,12 +95,18 @@ pub fn parse_log_level(text: &str) -> Result<String, String> {
 
 type Filtered = Layered<reload::Layer<EnvFilter, Registry>, Registry>;
 type Formatter = Box<dyn Layer<Filtered> + Send + Sync>;
+type Formatted = Layered<reload::Layer<Formatter, Filtered>, Filtered>;
 
 /// The installed log: its format and filter, each changeable later.
 pub struct Logging {
     format: LogFormat,
     filter: reload::Handle<EnvFilter, Registry>,
     formatter: reload::Handle<Formatter, Filtered>,
+    /// Where telemetry's spans go once it starts.
+    exporting: Exporting,
+    /// The level in use, and whether telemetry's spans are let through beside it.
+    level: String,
+    telemetry: bool,
 }
 
 impl std::fmt::Debug for Logging {
@@ -116,14 +124,28 @@ impl Logging {
     pub fn install(format: LogFormat, level: &str) -> Logging {
         let (filter, filter_handle) = reload::Layer::new(filter_of(level));
         let (formatter, formatter_handle) = reload::Layer::new(formatter(format));
+        // OpenTelemetry's layer is in place from the start, feeding a tracer whose exporter
+        // is added once the config names a collector: tracing-opentelemetry finds its
+        // context through the subscriber, which a layer swapped in later would hide. Until
+        // then the filter lets none of telemetry's spans through.
+        let (exporting, tracer) = Exporting::new();
+        let opentelemetry = tracing_opentelemetry::layer::<Formatted>()
+            .with_tracer(tracer)
+            .with_location(false)
+            .with_threads(false)
+            .with_tracked_inactivity(false);
         let _ = tracing_subscriber::registry()
             .with(filter)
             .with(formatter)
+            .with(opentelemetry)
             .try_init();
         Logging {
             format,
             filter: filter_handle,
             formatter: formatter_handle,
+            exporting,
+            level: level.to_owned(),
+            telemetry: false,
         }
     }
 
@@ -137,7 +159,33 @@ impl Logging {
         if format != self.format && self.formatter.reload(formatter(format)).is_ok() {
             self.format = format;
         }
-        let _ = self.filter.reload(filter_of(level));
+        level.clone_into(&mut self.level);
+        self.refilter();
+    }
+
+    /// Sends the telemetry spans (targets `tollgate::otel` and `tollgate::decision`, at
+    /// DEBUG whatever the log level) to `resolved`'s collector from now on. Log lines stay
+    /// as they were: those spans have no events of their own. Must run inside a tokio
+    /// runtime (the exporter's task is spawned on it).
+    pub fn export_to(&mut self, resolved: &Resolved) -> Result<(), TelemetryError> {
+        self.exporting.start(resolved)?;
+        self.telemetry = true;
+        self.refilter();
+        Ok(())
+    }
+
+    /// Exports the spans still queued (bounded by the export timeout) and stops exporting.
+    pub fn flush_telemetry(&self) {
+        self.exporting.shutdown();
+    }
+
+    fn refilter(&self) {
+        let filter = if self.telemetry {
+            filter_of(&format!("{},{}", self.level, crate::telemetry::DIRECTIVES))
+        } else {
+            filter_of(&self.level)
+        };
+        let _ = self.filter.reload(filter);
     }
 }
 

@@ -73,6 +73,9 @@ pub struct ProxyOptions {
     pub upstream_ca_file: Option<std::path::PathBuf>,
     /// TLS on the listener; `None`: plain HTTP.
     pub tls: Option<Arc<TlsAcceptor>>,
+    /// Whether requests get a server span once telemetry exports (`[telemetry]` or
+    /// `OTEL_*` name a collector); without it the proxy has no span layer at all.
+    pub telemetry: bool,
 }
 
 impl ProxyOptions {
@@ -85,6 +88,7 @@ impl ProxyOptions {
             upstream_protocol: UpstreamProtocol::Http1,
             upstream_ca_file: None,
             tls: None,
+            telemetry: false,
         }
     }
 }
@@ -128,22 +132,23 @@ pub async fn serve_with<St: Store>(
         // Series at 0 from the start, so a rate over them is defined before the first.
         metrics::counter!("tollgate_upstream_errors_total", "kind" => kind).increment(0);
     }
-    let app = Router::new()
-        .fallback(handler)
-        .with_state(Arc::new(proxy))
-        .layer(RateLimitLayer::new(limits.clone()).axum_body())
+    let router = Router::new().fallback(handler).with_state(Arc::new(proxy));
+    // Around the router, not through `Router::layer`, which boxes each layer's service
+    // again and clones it per request.
+    let app = tower::ServiceBuilder::new()
         // Outside the rate limit: a request's JSON body is read (when the rules need it)
         // before it is decided.
-        .layer(ReadBodyLayer::new(limits).axum_body());
-    serve_http(
-        listener,
-        app,
-        "proxy",
-        options.header_read_timeout,
-        options.tls,
-        shutdown,
-    )
-    .await;
+        .layer(ReadBodyLayer::new(limits.clone()).axum_body())
+        .layer(RateLimitLayer::new(limits).axum_body())
+        .service(router);
+    let (timeout, tls) = (options.header_read_timeout, options.tls);
+    if options.telemetry {
+        // Outermost: the request's server span, the decision under it.
+        let app = tower::Layer::layer(&crate::telemetry::RequestSpanLayer, app);
+        serve_http(listener, app, "proxy", timeout, tls, shutdown).await;
+    } else {
+        serve_http(listener, app, "proxy", timeout, tls, shutdown).await;
+    }
 }
 
 /// Forwards requests to one upstream. Cheap to clone; clones share the connection pool.
@@ -160,6 +165,8 @@ pub struct Proxy {
     http2: bool,
     /// Where WebSocket upgrades go (`None`: an `https://` host that cannot be a TLS name).
     websocket: Option<Arc<websocket::Target>>,
+    /// The upstream's host, as spans name it (found once: `Uri::host` searches).
+    upstream_host: Box<str>,
 }
 
 /// The pooled client: for an `http://` upstream, connections of our own driven by each
@@ -261,6 +268,7 @@ impl Proxy {
             timeout: options.upstream_timeout,
             http2,
             websocket,
+            upstream_host: upstream_host.into(),
             forwarded_proto: HeaderValue::from_static(if options.tls.is_some() {
                 "https"
             } else {
@@ -321,6 +329,25 @@ impl Proxy {
             )
             .await;
         }
+        let span = crate::telemetry::upstream_span(&parts.method, &self.upstream_host);
+        if span.is_disabled() {
+            return self.send(parts, body, client_takes_trailers).await;
+        }
+        // Telemetry on: the call is a client span, and the upstream's parent.
+        crate::telemetry::inject(&span, &mut parts.headers);
+        let send = self.send(parts, body, client_takes_trailers);
+        let response = tracing::Instrument::instrument(send, span.clone()).await;
+        crate::telemetry::record_status(&span, response.status());
+        response
+    }
+
+    /// `parts` and `body`, prepared, to the upstream.
+    async fn send(
+        &self,
+        mut parts: http::request::Parts,
+        body: Body,
+        client_takes_trailers: bool,
+    ) -> Response {
         match &self.client {
             UpstreamClient::Http(pool) => {
                 self.origin_form(&mut parts);

@@ -5,13 +5,14 @@
 use crate::Settings;
 
 /// The JSON Schema of a config file the service reads (draft-07, what editors read):
-/// tollgate's tables and `[gateway]`.
+/// tollgate's tables, `[gateway]` and `[telemetry]`.
 ///
 /// ```
 /// let schema = tollgate_server::json_schema();
 /// assert_eq!(schema["additionalProperties"], false);
 /// assert!(schema["properties"]["limits"].is_object());
 /// assert_eq!(schema["properties"]["gateway"]["additionalProperties"], false);
+/// assert_eq!(schema["properties"]["telemetry"]["additionalProperties"], false);
 /// ```
 pub fn json_schema() -> serde_json::Value {
     let mut schema = tollgate::config::json_schema();
@@ -38,8 +39,21 @@ pub fn json_schema() -> serde_json::Value {
                 .into(),
         );
     }
+    let generator = schemars::generate::SchemaSettings::draft07().into_generator();
+    let mut telemetry = generator
+        .into_root_schema_for::<crate::telemetry::TelemetrySettings>()
+        .to_value();
+    if let Some(table) = telemetry.as_object_mut() {
+        table.remove("$schema");
+        table.insert(
+            "description".into(),
+            "OpenTelemetry traces over OTLP (read at start-up); OTEL_* variables fill what it leaves open."
+                .into(),
+        );
+    }
     if let Some(properties) = schema["properties"].as_object_mut() {
         properties.insert("gateway".into(), gateway);
+        properties.insert("telemetry".into(), telemetry);
     }
     schema
 }

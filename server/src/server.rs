@@ -1,4 +1,4 @@
-//! Serving an axum [`Router`] over HTTP/1.1 and HTTP/2 on a bound listener, for the
+//! Serving an axum app (a `Router`, or a tower service around one) over HTTP/1.1 and HTTP/2 on a bound listener, for the
 //! gateway's HTTP front ends (the proxy and the admin listener): each connection's protocol
 //! read from its first bytes (prior-knowledge h2c on plain listeners) or from ALPN (`h2` on
 //! TLS ones), hyper's header read timeout (HTTP/1.1), bounded streams, header lists and
@@ -13,7 +13,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
+use std::convert::Infallible;
+
+use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::header;
@@ -23,14 +25,21 @@ use super::tls::TlsAcceptor;
 
 /// Serves `app` on `listener` until `shutdown` completes, then stops accepting and waits for
 /// the connections' requests in flight to finish. `name` labels the listener in logs.
-pub(crate) async fn serve_http(
+pub(crate) async fn serve_http<S>(
     listener: TcpListener,
-    app: Router,
+    app: S,
     name: &'static str,
     header_read_timeout: Duration,
     tls: Option<Arc<TlsAcceptor>>,
     shutdown: impl Future<Output = ()> + Send,
-) {
+) where
+    S: tower::Service<http::Request<Body>, Response = Response, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
     let http = builder(header_read_timeout);
     for kind in CLIENT_FAULTS {
         // Series at 0 from the start, so a rate over them is defined before the first.
@@ -59,7 +68,7 @@ pub(crate) async fn serve_http(
                 request
                     .extensions_mut()
                     .insert(axum::extract::ConnectInfo(peer));
-                tower::ServiceExt::oneshot(app.clone(), request.map(axum::body::Body::new))
+                tower::ServiceExt::oneshot(app.clone(), request.map(Body::new))
             });
         let Some(tls) = &tls else {
             let connection = http

@@ -70,6 +70,7 @@ impl Gateway {
             Limits::builder()
                 .store(BackendStore::new())
                 .extension(table)
+                .extension(super::telemetry::TelemetryTable)
                 .watch(&config)
         })
         .await
@@ -142,6 +143,12 @@ impl Gateway {
         proxy_options.upstream_ca_file = resolved.upstream_ca_file.clone();
         proxy_options.upstream_protocol = resolved.upstream_protocol.unwrap_or_default();
         proxy_options.tls = http_tls.clone();
+        proxy_options.telemetry = limits
+            .rules()
+            .extension::<super::telemetry::TelemetryFile>()
+            .is_some_and(|file| {
+                matches!(file.0.resolve(|name| std::env::var(name).ok()), Ok(Some(_)))
+            });
         let proxy = Proxy::from_options(&proxy_options)?;
         let mut admin_options = AdminOptions::new(metrics);
         admin_options.token = resolved.admin_token.clone();

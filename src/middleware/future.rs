@@ -26,6 +26,7 @@ use super::figure::{self, BodyReader};
 use super::outcome::Outcome;
 use super::response::{RateLimitHeaders, busy, refusal_for};
 use super::settle::{self, BodySettlement};
+use super::trace::DecisionSpan;
 use super::upgrade::hand_to_upgrade;
 use crate::clock::Timestamp;
 use crate::concurrency::Permit;
@@ -126,6 +127,8 @@ struct Parked<S, B, St> {
     permit: Option<Box<Permit>>,
     /// When the decision was asked for.
     now: Timestamp,
+    /// The decision's span, open until the store answers.
+    span: DecisionSpan,
 }
 
 /// How a reservation is settled once the response's head is known.
@@ -358,6 +361,7 @@ where
         charge: Option<Box<PendingCharge<St>>>,
         permit: Option<Box<Permit>>,
         now: Timestamp,
+        span: DecisionSpan,
     ) -> Self {
         ResponseFuture {
             state: State::Deciding {
@@ -370,6 +374,7 @@ where
                     charge,
                     permit,
                     now,
+                    span,
                 })),
             },
             style: PhantomData,
@@ -403,12 +408,13 @@ where
                         charge,
                         permit,
                         now,
+                        span,
                     } = *parked;
                     // The client is found again (it borrows the request): a remote
                     // decision's round trip dwarfs it.
                     let client = Client::identify(&request, rules.client_settings());
-                    let outcome = Outcome::decided(result, &rules, index, now, &client);
-                    drop(client);
+                    let outcome = Outcome::decided(result, &rules, index, now, &client, &span);
+                    drop((client, span));
                     let settled = Self::settled(outcome, Owned(service), request, charge, permit);
                     state.set(settled.state);
                 }
@@ -465,9 +471,11 @@ where
                             ..
                         } => {
                             let charge = PendingCharge::boxed(&limits, &rules, index, charge);
+                            let span = DecisionSpan::start(limits.store().kind());
                             state.set(
                                 Self::deciding(
                                     decision, service, request, rules, index, charge, permit, now,
+                                    span,
                                 )
                                 .state,
                             );

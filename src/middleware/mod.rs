@@ -42,6 +42,7 @@ mod read_body;
 pub mod response;
 mod service;
 pub(crate) mod settle;
+mod trace;
 mod upgrade;
 mod usage;
 

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::Response;
 
 use super::response::{RateLimitHeaders, rejection, stacked_rejection};
+use super::trace::DecisionSpan;
 use crate::clock::Timestamp;
 use crate::config::{HeaderStyle, ResponseSettings, Rule};
 use crate::decision::Decision;
@@ -29,20 +30,21 @@ pub(crate) enum Outcome {
 impl Outcome {
     /// The verdict on `result`, decided at `now` for `client` under the rule at `index` of
     /// `rules` (and, for a decision over several limits, those its note names), answering
-    /// as the rules' `[response]` says.
+    /// as the rules' `[response]` says; recorded in `span`.
     pub(crate) fn decided(
         result: Result<Decision, StoreError>,
         rules: &Active,
         index: usize,
         now: Timestamp,
         client: &Client<'_>,
+        span: &DecisionSpan,
     ) -> Outcome {
         let Some(rule) = rules.rule(index) else {
             return Outcome::Admit(None);
         };
         match result {
             Ok(decision) if decision.stack().is_some() => {
-                Outcome::stacked(decision, rules, index, now)
+                Outcome::stacked(decision, rules, index, now, span)
             }
             result => Outcome::new(
                 result,
@@ -51,6 +53,7 @@ impl Outcome {
                 rules.response(),
                 now,
                 client,
+                span,
             ),
         }
     }
@@ -58,7 +61,13 @@ impl Outcome {
     /// The verdict on a decision over several limits (counted, limit by limit, as it was
     /// made): a refusal by the limit that spoke, or an admission — held first if the rule
     /// delays it — with the headers of every limit shown.
-    fn stacked(decision: Decision, rules: &Active, index: usize, now: Timestamp) -> Outcome {
+    fn stacked(
+        decision: Decision,
+        rules: &Active,
+        index: usize,
+        now: Timestamp,
+        span: &DecisionSpan,
+    ) -> Outcome {
         let response = rules.response();
         let speaker = decision
             .stack()
@@ -68,22 +77,26 @@ impl Outcome {
             return Outcome::Admit(None);
         };
         if !decision.allowed() {
+            span.record(speaker, "refused", 0);
             return Outcome::Reject(stacked_rejection(rules, speaker, &decision, response));
         }
         let delay = decision.delay();
         if !delay.is_zero() {
             if tokio::runtime::Handle::try_current().is_err() {
+                span.record(speaker, "refused", 0);
                 let refused = decision.refused_instead_of_held();
                 return Outcome::Reject(stacked_rejection(rules, speaker, &refused, response));
             }
             if let Some(counters) = rules.counters(index) {
                 counters.delayed(now, delay);
             }
+            span.record(speaker, "delayed", decision.remaining());
             return Outcome::Hold(
                 delay,
                 RateLimitHeaders::stacked(rules, &decision, response.headers),
             );
         }
+        span.record(speaker, "admitted", decision.remaining());
         (response.headers != HeaderStyle::None)
             .then(|| RateLimitHeaders::stacked(rules, &decision, response.headers))
             .map_or(Outcome::Admit(None), |headers| {
@@ -100,10 +113,17 @@ impl Outcome {
         response: &ResponseSettings,
         now: Timestamp,
         client: &Client<'_>,
+        span: &DecisionSpan,
     ) -> Outcome {
         match result {
             // Shadow: measure and report, never refuse, and show the client nothing.
             Ok(decision) if rule.is_shadow() => {
+                let outcome = if decision.allowed() {
+                    "admitted"
+                } else {
+                    "shadow"
+                };
+                span.record(rule, outcome, decision.remaining());
                 if let Some(counters) = counters {
                     if decision.allowed() {
                         counters.admitted(now);
@@ -122,6 +142,7 @@ impl Outcome {
                 // Holding needs a timer: without a tokio runtime the request is refused for
                 // as long as it would have waited.
                 if tokio::runtime::Handle::try_current().is_err() {
+                    span.record(rule, "refused", 0);
                     if let Some(counters) = counters {
                         counters.refused(now, Some(client));
                     }
@@ -132,6 +153,7 @@ impl Outcome {
                     ));
                 }
                 let delay = decision.delay();
+                span.record(rule, "delayed", decision.remaining());
                 if let Some(counters) = counters {
                     counters.held(now, delay);
                 }
@@ -141,12 +163,14 @@ impl Outcome {
                 )
             }
             Ok(decision) if decision.allowed() => {
+                span.record(rule, "admitted", decision.remaining());
                 if let Some(counters) = counters {
                     counters.admitted(now);
                 }
                 Outcome::Admit(RateLimitHeaders::sent(rule, &decision, response.headers))
             }
             Ok(decision) => {
+                span.record(rule, "refused", 0);
                 if let Some(counters) = counters {
                     counters.refused(now, Some(client));
                 }
@@ -154,6 +178,7 @@ impl Outcome {
             }
             Err(error) => {
                 // Failing open: a broken store must not take the service down with it.
+                span.record(rule, "admitted", 0);
                 tracing::warn!(rule = rule.name(), %error, "rate-limit store failed; request admitted");
                 Outcome::Admit(None)
             }

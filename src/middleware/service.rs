@@ -45,6 +45,7 @@ use super::body::{BodyStyle, Wrapped};
 use super::future::{InPlace, PendingCharge, ReadyService as _, ResponseFuture};
 use super::outcome::Outcome;
 use super::response::{busy, refusal_for, unauthorized};
+use super::trace::DecisionSpan;
 use crate::key::{Invalid, Verified};
 use crate::limits::{Limits, Plan};
 use crate::store::{MemoryStore, Store};
@@ -155,6 +156,7 @@ where
 
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         let timer = DecisionTimer::sample();
+        let span = DecisionSpan::start(self.limits.store().kind());
         let rules = self.limits.active();
         // Verified once, here: every source, key part and plan reads what was found.
         if let Some(verifier) = &rules.client_settings().jwt {
@@ -183,11 +185,12 @@ where
                     let ready = InPlace(&mut self.inner).take();
                     let rules = arc_swap::Guard::into_inner(rules);
                     return ResponseFuture::deciding(
-                        decision, ready, request, rules, index, charge, permit, now,
+                        decision, ready, request, rules, index, charge, permit, now, span,
                     );
                 };
                 timer.record();
-                let outcome = Outcome::decided(result, &rules, index, now, &client);
+                let outcome = Outcome::decided(result, &rules, index, now, &client, &span);
+                drop(span);
                 // A refusal drops the permit: a request refused by the rate takes no slot.
                 (outcome, charge, permit)
             }

@@ -115,6 +115,18 @@ impl Future for BackendFuture {
 impl Store for BackendStore {
     type Future = BackendFuture;
 
+    fn kind(&self) -> &'static str {
+        #[cfg(feature = "disk")]
+        if self.disk.get().is_some() {
+            return "disk";
+        }
+        #[cfg(feature = "redis")]
+        if self.redis.get().is_some() {
+            return "redis";
+        }
+        "memory"
+    }
+
     fn check(&self, request: CheckRequest<'_>) -> BackendFuture {
         #[cfg(feature = "disk")]
         if let Some(disk) = self.disk.get() {

@@ -189,6 +189,12 @@ pub trait Store: Send + Sync + 'static {
     /// consumption over into the new quotas; see the GCRA module docs.
     fn check(&self, request: CheckRequest<'_>) -> Self::Future;
 
+    /// What kind of store this is, in a word, for traces (`ratelimit.store`): `memory`,
+    /// `redis`, `disk`; `custom` unless a store says otherwise.
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
+
     /// Decides `requests` together: if every one is admitted, all take their tokens; if any
     /// is refused, none takes anything. The in-memory store does it atomically
     /// ([`MemoryStore::decide_all`]); this default looks at every bucket, then takes from

@@ -36,6 +36,7 @@ mod resp;
 mod shaping;
 mod sigterm;
 mod support;
+mod telemetry;
 mod tls;
 mod trailers;
 mod tuning;

@@ -539,6 +539,10 @@ impl Inner {
 impl Store for DiskStore {
     type Future = std::future::Ready<Result<Decision, StoreError>>;
 
+    fn kind(&self) -> &'static str {
+        "disk"
+    }
+
     fn check(&self, request: CheckRequest<'_>) -> Self::Future {
         std::future::ready(Ok(self.inner.decide(request)))
     }

@@ -454,6 +454,10 @@ impl std::fmt::Debug for MemoryStore {
 impl Store for MemoryStore {
     type Future = Ready<Result<Decision, StoreError>>;
 
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
     fn check(&self, request: CheckRequest<'_>) -> Self::Future {
         ready(Ok(self.decide(request)))
     }

@@ -485,6 +485,10 @@ impl Inner {
 impl Store for RedisStore {
     type Future = RedisFuture;
 
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
     fn acquire_slot(&self, bucket: BucketRef<'_>, limit: u32) -> Option<SlotFuture> {
         tokio::runtime::Handle::try_current().ok()?;
         let settings = self.inner.settings.load();

@@ -1,0 +1,325 @@
+//! Traces in a real OTLP receiver (built from OpenTelemetry's own protos, over gRPC and over
+//! HTTP/protobuf): a proxied request's server span continues the client's `traceparent`,
+//! the decision is its child with the rule, limit, outcome, remaining and store, the
+//! upstream call is a client span whose context reaches the upstream.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use tokio::net::TcpListener;
+
+use crate::support::{ServiceProcess, get};
+
+/// What a receiver was sent: spans, and the service names their resources carried.
+#[derive(Clone, Default)]
+struct Received {
+    spans: Arc<Mutex<Vec<Span>>>,
+    services: Arc<Mutex<Vec<String>>>,
+}
+
+impl Received {
+    fn take(&self, request: ExportTraceServiceRequest) {
+        for resource_spans in request.resource_spans {
+            let service = resource_spans
+                .resource
+                .iter()
+                .flat_map(|resource| &resource.attributes)
+                .find(|attribute| attribute.key == "service.name")
+                .and_then(|attribute| text(attribute.value.as_ref()?.value.as_ref()?));
+            if let Some(service) = service {
+                self.services.lock().unwrap().push(service);
+            }
+            for scope in resource_spans.scope_spans {
+                self.spans.lock().unwrap().extend(scope.spans);
+            }
+        }
+    }
+
+    /// The spans of `trace`, once there are `count` of them (within 15 s).
+    async fn trace(&self, trace: &[u8], count: usize) -> Vec<Span> {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let spans: Vec<Span> = self
+                .spans
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|span| span.trace_id == trace)
+                .cloned()
+                .collect();
+            if spans.len() >= count {
+                return spans;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {count} spans arrived: {spans:#?}",
+                spans.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::StringValue(text) => Some(text.clone()),
+        Value::IntValue(number) => Some(number.to_string()),
+        _ => None,
+    }
+}
+
+#[tonic::async_trait]
+impl TraceService for Received {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.take(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// An OTLP/gRPC receiver on a free port.
+async fn grpc_receiver() -> (SocketAddr, Received) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let received = Received::default();
+    let service = TraceServiceServer::new(received.clone());
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    (address, received)
+}
+
+/// An OTLP/HTTP receiver on a free port: protobuf bodies POSTed to `/v1/traces`.
+async fn http_receiver() -> (SocketAddr, Received) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let received = Received::default();
+    let taker = received.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: bytes::Bytes| {
+            let taker = taker.clone();
+            async move {
+                let request: ExportTraceServiceRequest =
+                    prost::Message::decode(body).expect("a protobuf export request");
+                taker.take(request);
+                (
+                    [("content-type", "application/x-protobuf")],
+                    prost::Message::encode_to_vec(&ExportTraceServiceResponse::default()),
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (address, received)
+}
+
+/// An upstream answering "ok", keeping each request's `traceparent`.
+async fn upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&seen);
+    let app = axum::Router::new().fallback(move |headers: http::HeaderMap| {
+        let kept = Arc::clone(&kept);
+        async move {
+            if let Some(parent) = headers.get("traceparent").and_then(|v| v.to_str().ok()) {
+                kept.lock().unwrap().push(parent.to_owned());
+            }
+            "ok"
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (address, seen)
+}
+
+fn attribute(span: &Span, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|attribute| attribute.key == key)
+        .and_then(|attribute| text(attribute.value.as_ref()?.value.as_ref()?))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT: &str = "00f067aa0ba902b7";
+
+/// The gateway, proxying to `upstream`, exporting to `endpoint`; `api` allows one request
+/// a minute.
+fn gateway(dir: &tempfile::TempDir, endpoint: &str, upstream: SocketAddr) -> ServiceProcess {
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[limits]\napi = \"1/min\"\n[telemetry]\notlp_endpoint = \"{endpoint}\"\nservice_name = \"edge-test\"\n"
+        ),
+    )
+    .unwrap();
+    ServiceProcess::start(
+        &[
+            "--config",
+            &config.display().to_string(),
+            "--upstream",
+            &format!("http://{upstream}"),
+        ],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_requests_trace_shows_the_rule_limit_and_outcome_under_the_clients_span() {
+    let (collector, received) = grpc_receiver().await;
+    let (upstream, seen) = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let service = gateway(&dir, &format!("http://{collector}"), upstream);
+    assert!(
+        service.log().contains("OTLP over gRPC"),
+        "{}",
+        service.log()
+    );
+    let traceparent = format!("00-{TRACE}-{PARENT}-01");
+    let admitted = get(service.proxy, "/api/x", &[("traceparent", &traceparent)]).await;
+    assert_eq!(admitted.status, 200, "{}", admitted.body);
+    let refused = get(service.proxy, "/api/x", &[("traceparent", &traceparent)]).await;
+    assert_eq!(refused.status, 429);
+
+    // Two requests, two decisions, one upstream call.
+    let trace_id: Vec<u8> = (0..16)
+        .map(|i| u8::from_str_radix(&TRACE[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let spans = received.trace(&trace_id, 5).await;
+    let of_kind = |kind: SpanKind| -> Vec<&Span> {
+        spans
+            .iter()
+            .filter(|span| span.kind == kind as i32)
+            .collect()
+    };
+    let servers = of_kind(SpanKind::Server);
+    assert_eq!(servers.len(), 2, "{spans:#?}");
+    for server in &servers {
+        assert_eq!(
+            hex(&server.parent_span_id),
+            PARENT,
+            "the client's span is the parent"
+        );
+        assert_eq!(server.name, "GET");
+        assert_eq!(attribute(server, "url.path").as_deref(), Some("/api/x"));
+    }
+    let status = |span: &Span| attribute(span, "http.response.status_code");
+    let refusal = servers
+        .iter()
+        .find(|span| status(span).as_deref() == Some("429"))
+        .unwrap_or_else(|| panic!("{servers:#?}"));
+    let admission = servers
+        .iter()
+        .find(|span| status(span).as_deref() == Some("200"))
+        .unwrap_or_else(|| panic!("{servers:#?}"));
+
+    let decisions: Vec<&Span> = spans
+        .iter()
+        .filter(|span| span.name == "tollgate.decision")
+        .collect();
+    assert_eq!(decisions.len(), 2, "{spans:#?}");
+    let decision_of = |server: &Span| {
+        *decisions
+            .iter()
+            .find(|decision| decision.parent_span_id == server.span_id)
+            .unwrap_or_else(|| panic!("no decision under {server:#?}"))
+    };
+    let refused_decision = decision_of(refusal);
+    assert_eq!(
+        attribute(refused_decision, "ratelimit.rule").as_deref(),
+        Some("api")
+    );
+    assert_eq!(
+        attribute(refused_decision, "ratelimit.limit").as_deref(),
+        Some("1/1m")
+    );
+    assert_eq!(
+        attribute(refused_decision, "ratelimit.outcome").as_deref(),
+        Some("refused")
+    );
+    assert_eq!(
+        attribute(refused_decision, "ratelimit.remaining").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        attribute(refused_decision, "ratelimit.store").as_deref(),
+        Some("memory")
+    );
+    let admitted_decision = decision_of(admission);
+    assert_eq!(
+        attribute(admitted_decision, "ratelimit.outcome").as_deref(),
+        Some("admitted")
+    );
+
+    // The upstream call: a client span under the admitted request, and the upstream's parent.
+    let clients = of_kind(SpanKind::Client);
+    assert_eq!(clients.len(), 1, "{spans:#?}");
+    assert_eq!(clients[0].parent_span_id, admission.span_id);
+    assert_eq!(
+        attribute(clients[0], "http.response.status_code").as_deref(),
+        Some("200")
+    );
+    let sent = seen.lock().unwrap().clone();
+    assert_eq!(
+        sent,
+        [format!("00-{TRACE}-{}-01", hex(&clients[0].span_id))],
+        "the upstream continues the trace from the proxy's call"
+    );
+    assert!(
+        received
+            .services
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|name| name == "edge-test"),
+        "{:?}",
+        received.services.lock().unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traces_go_over_http_protobuf_to_a_v1_traces_endpoint_and_new_traces_start_at_the_proxy() {
+    let (collector, received) = http_receiver().await;
+    let (upstream, seen) = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let service = gateway(&dir, &format!("http://{collector}/v1/traces"), upstream);
+    assert!(
+        service.log().contains("OTLP over HTTP"),
+        "{}",
+        service.log()
+    );
+    // No traceparent: the proxy starts the trace, and the upstream is told of it.
+    let reply = get(service.proxy, "/api/y", &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let sent = seen.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let trace = &sent[0][3..35];
+    let trace_id: Vec<u8> = (0..16)
+        .map(|i| u8::from_str_radix(&trace[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let spans = received.trace(&trace_id, 3).await;
+    let server = spans
+        .iter()
+        .find(|span| span.kind == SpanKind::Server as i32)
+        .unwrap_or_else(|| panic!("{spans:#?}"));
+    assert!(server.parent_span_id.is_empty(), "a root span: {server:#?}");
+}
