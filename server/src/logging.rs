@@ -163,7 +163,7 @@ impl Logging {
         self.refilter();
     }
 
-    /// Sends the telemetry spans (targets `tollgate::otel` and `tollgate::decision`, at
+    /// Sends the telemetry spans (targets `tollgate_server::otel` and `tollgate::decision`, at
     /// DEBUG whatever the log level) to `resolved`'s collector from now on. Log lines stay
     /// as they were: those spans have no events of their own. Must run inside a tokio
     /// runtime (the exporter's task is spawned on it).

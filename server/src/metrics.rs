@@ -253,6 +253,12 @@ pub const CATALOGUE: &[Metric] = &[
         "Client connections the gateway closed for what the client did, by listener and kind: excessive_resets (HTTP/2 streams reset in a flood, CVE-2023-44487), protocol_error (another HTTP/2 violation), header_timeout (HTTP/1.1 headers not sent in time).",
     ),
     metric(
+        "tollgate_telemetry_spans_total",
+        Kind::Counter,
+        &["outcome"],
+        "Trace spans sent to the OTLP collector, by outcome: exported, dropped (the bounded queue was full: the collector is down or slow), failed (the collector refused them or did not answer in time).",
+    ),
+    metric(
         "tollgate_tls_handshake_failures_total",
         Kind::Counter,
         &["listener"],

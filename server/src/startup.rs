@@ -63,6 +63,7 @@ impl Gateway {
     pub async fn start(settings: Settings) -> Result<Gateway, GatewayError> {
         // Before any rule is compiled: rules keep handles to their counters.
         let metrics = metrics::install();
+        super::telemetry::register_metrics();
         // Loading may fetch remote documents, which blocks: not on a runtime worker.
         let config = settings.config_sources();
         let table = GatewayTable::new(settings.clone());

@@ -6,9 +6,10 @@
 //!
 //! Off unless an endpoint is given, and then nothing on the request path waits for the
 //! collector: spans go to a bounded queue (`OTEL_BSP_MAX_QUEUE_SIZE`, 2,048 by default)
-//! that a task of its own exports in batches; a full queue drops spans.
+//! that a task of its own exports in batches (`queue`); a full queue drops spans, counted
+//! in `tollgate_telemetry_spans_total{outcome="dropped"}`.
 //!
-//! The spans are `tracing` spans at DEBUG under the targets `tollgate::otel` and
+//! The spans are `tracing` spans at DEBUG under the targets `tollgate_server::otel` and
 //! `tollgate::decision`, which the log filter lets through only while telemetry is on;
 //! OpenTelemetry's `tracing` layer sits in the log's subscriber from the start (see
 //! `logging`), its exporter filled in here once a collector is named. Off, the proxy's
@@ -76,6 +77,14 @@ pub struct Resolved {
     pub service_name: String,
     /// The share of root traces kept (a parent's choice is always followed).
     pub sample_ratio: f64,
+    /// Spans waiting for export at most (`OTEL_BSP_MAX_QUEUE_SIZE`, 2,048).
+    pub queue_capacity: usize,
+    /// Spans in one export at most (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, 512).
+    pub batch_size: usize,
+    /// How long a span waits for its batch (`OTEL_BSP_SCHEDULE_DELAY`, 5 s).
+    pub schedule_delay: Duration,
+    /// How long one export may take (`OTEL_BSP_EXPORT_TIMEOUT`, 10 s).
+    pub export_timeout: Duration,
 }
 
 /// A `[telemetry]` setting, or an `OTEL_*` variable, that cannot be used.
@@ -93,6 +102,9 @@ pub enum TelemetryError {
     /// The sample ratio is not a number from 0 to 1.
     #[error("telemetry sample ratio {0} must be a number from 0 to 1")]
     Ratio(String),
+    /// An `OTEL_*` variable that should be a number is not.
+    #[error("{0}={1} must be a whole number")]
+    Variable(String, String),
     /// The exporter could not be built.
     #[error("cannot start the OTLP exporter: {0}")]
     Exporter(String),
@@ -149,11 +161,28 @@ impl TelemetrySettings {
             .clone()
             .or_else(|| env("OTEL_SERVICE_NAME"))
             .unwrap_or_else(|| "tollgate".to_owned());
+        let number = |name: &str, default: u64| -> Result<u64, TelemetryError> {
+            env(name).map_or(Ok(default), |value| {
+                value
+                    .trim()
+                    .parse()
+                    .map_err(|_| TelemetryError::Variable(name.to_owned(), value.clone()))
+            })
+        };
+        let count = |name: &str, default: u64| {
+            number(name, default).map(|n| usize::try_from(n.max(1)).unwrap_or(usize::MAX))
+        };
         Ok(Some(Resolved {
             endpoint,
             protocol,
             service_name,
             sample_ratio,
+            queue_capacity: count("OTEL_BSP_MAX_QUEUE_SIZE", 2048)?,
+            batch_size: count("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)?,
+            schedule_delay: Duration::from_millis(number("OTEL_BSP_SCHEDULE_DELAY", 5000)?.max(1)),
+            export_timeout: Duration::from_millis(
+                number("OTEL_BSP_EXPORT_TIMEOUT", 10_000)?.max(1),
+            ),
         }))
     }
 }
@@ -279,30 +308,35 @@ impl Exporting {
     /// task of its own, and sets the W3C trace-context propagator process-wide. Once only.
     pub fn start(&self, resolved: &Resolved) -> Result<(), TelemetryError> {
         use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
-        use opentelemetry_sdk::trace::BatchConfigBuilder;
-        use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
+        use opentelemetry_sdk::trace::SpanExporter as _;
 
-        let exporter = match resolved.protocol {
+        let mut exporter = match resolved.protocol {
             Protocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
                 .with_tonic()
                 .with_endpoint(resolved.endpoint.clone())
-                .with_timeout(EXPORT_TIMEOUT)
+                .with_timeout(resolved.export_timeout)
                 .build(),
             Protocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
-                .with_http_client(http_client::Client::new())
+                .with_http_client(http_client::Client::new(resolved.export_timeout))
                 .with_endpoint(resolved.endpoint.clone())
-                .with_timeout(EXPORT_TIMEOUT)
+                .with_timeout(resolved.export_timeout)
                 .build(),
         }
         .map_err(|error| TelemetryError::Exporter(error.to_string()))?;
-        let mut batches = BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio)
-            .with_batch_config(BatchConfigBuilder::default().build())
-            .build();
-        batches.set_resource(
+        exporter.set_resource(
             &opentelemetry_sdk::Resource::builder()
                 .with_service_name(resolved.service_name.clone())
                 .build(),
+        );
+        let batches = queue::Queue::start(
+            exporter,
+            queue::Batching {
+                capacity: resolved.queue_capacity,
+                batch: resolved.batch_size,
+                delay: resolved.schedule_delay,
+                timeout: resolved.export_timeout,
+            },
         );
         self.batches
             .set(Box::new(batches))
@@ -388,17 +422,23 @@ pub(crate) fn started() -> bool {
     STARTED.load(Ordering::Relaxed)
 }
 
-/// How long one export may take before it is given up.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Counts every outcome of `tollgate_telemetry_spans_total` at 0, so the series exist
+/// (and a rate over them is defined) before the first span, telemetry on or off.
+pub(crate) fn register_metrics() {
+    for outcome in queue::OUTCOMES {
+        metrics::counter!("tollgate_telemetry_spans_total", "outcome" => outcome).increment(0);
+    }
+}
 
 /// The log directives that let the telemetry spans through while it is on.
-pub(crate) const DIRECTIVES: &str = "tollgate::otel=debug,tollgate::decision=debug";
+pub(crate) const DIRECTIVES: &str = "tollgate_server::otel=debug,tollgate::decision=debug";
 
 mod http_client;
+mod queue;
 mod spans;
 
 pub use spans::{RequestSpan, RequestSpanLayer, Spanned};
-pub(crate) use spans::{inject, record_status, upstream_span};
+pub(crate) use spans::{grpc_span, inject, record_status, resp_span, upstream_span};
 
 #[cfg(test)]
 mod tests {

@@ -62,7 +62,32 @@ impl<St: Store> RateLimitService for Decider<St> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let request = request.into_inner();
+        if crate::telemetry::started() {
+            let span = crate::telemetry::grpc_span(
+                &request.get_ref().domain,
+                &request.metadata().clone().into_headers(),
+            );
+            let answer =
+                tracing::Instrument::instrument(self.decide(request.into_inner()), span.clone())
+                    .await;
+            let outcome = match &answer {
+                Ok(response) if response.get_ref().overall_code() == Code::OverLimit => "refused",
+                Ok(_) => "admitted",
+                Err(_) => "error",
+            };
+            span.record("ratelimit.outcome", outcome);
+            return answer;
+        }
+        self.decide(request.into_inner()).await
+    }
+}
+
+impl<St: Store> Decider<St> {
+    /// Decides one `ShouldRateLimit` request.
+    async fn decide(
+        &self,
+        request: RateLimitRequest,
+    ) -> Result<Response<RateLimitResponse>, Status> {
         let rules = self.limits.rules().clone();
         let fold_case = rules.route_settings().case_insensitive;
         let domain = domain_label(&rules, &request.domain, fold_case);

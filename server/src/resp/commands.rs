@@ -50,6 +50,17 @@ pub(super) async fn execute<St: Store>(
         _ if !may_run => reply.error("NOAUTH Authentication required."),
         None => unknown(raw_name, rest, &mut reply),
         Some((_, spec)) if !spec.arity.accepts(rest.len()) => wrong_arity(spec.name, &mut reply),
+        Some((_, spec)) if crate::telemetry::started() => {
+            let span = crate::telemetry::resp_span(spec.name);
+            let running = run(shared, session, spec.handler, rest, &mut reply);
+            tracing::Instrument::instrument(running, span.clone()).await;
+            let outcome = if out.get(before) == Some(&b'-') {
+                "error"
+            } else {
+                "answered"
+            };
+            span.record("ratelimit.outcome", outcome);
+        }
         Some((_, spec)) => run(shared, session, spec.handler, rest, &mut reply).await,
     }
     let index = found.map_or(COMMANDS.len(), |(index, _)| index);

@@ -10,19 +10,18 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use opentelemetry_http::HttpError;
 
-use super::EXPORT_TIMEOUT;
-
 /// The most of a collector's answer that is read.
 const MAX_ANSWER: usize = 4 * 1024 * 1024;
 
-/// A pooled HTTP/1.1 client, TLS where the URL asks.
+/// A pooled HTTP/1.1 client, TLS where the URL asks, each exchange bounded by a timeout.
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
     inner: hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    timeout: std::time::Duration,
 }
 
 impl Client {
-    pub(crate) fn new() -> Client {
+    pub(crate) fn new(timeout: std::time::Duration) -> Client {
         let tls = crate::tls::client_config(None).map_or_else(
             |_| {
                 // No system roots: plain http:// collectors still work, https:// ones
@@ -41,6 +40,7 @@ impl Client {
         Client {
             inner: hyper_util::client::legacy::Client::builder(TokioExecutor::new())
                 .build(connector),
+            timeout,
         }
     }
 }
@@ -56,7 +56,7 @@ impl opentelemetry_http::HttpClient for Client {
             let body = Limited::new(body, MAX_ANSWER).collect().await?.to_bytes();
             Ok::<_, HttpError>(Response::from_parts(parts, body))
         };
-        tokio::time::timeout(EXPORT_TIMEOUT, answer)
+        tokio::time::timeout(self.timeout, answer)
             .await
             .map_err(|_| HttpError::from("the collector did not answer in time"))?
     }

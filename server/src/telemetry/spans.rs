@@ -16,7 +16,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 /// A span for a proxied request from `headers`' trace, or a disabled one.
 fn request_span(method: &Method, path: &str, headers: &HeaderMap) -> Span {
     let span = tracing::debug_span!(
-        target: "tollgate::otel",
+        target: "tollgate_server::otel",
         "request",
         otel.name = method.as_str(),
         otel.kind = "server",
@@ -39,7 +39,7 @@ pub(crate) fn upstream_span(method: &Method, address: &str) -> Span {
         return Span::none();
     }
     tracing::debug_span!(
-        target: "tollgate::otel",
+        target: "tollgate_server::otel",
         "upstream",
         otel.name = method.as_str(),
         otel.kind = "client",
@@ -47,6 +47,49 @@ pub(crate) fn upstream_span(method: &Method, address: &str) -> Span {
         server.address = address,
         http.response.status_code = Empty,
     )
+}
+
+/// A server span for one Redis-protocol command (`command` as the table names it), or a
+/// disabled one while telemetry is off.
+pub(crate) fn resp_span(command: &'static str) -> Span {
+    if !super::started() {
+        return Span::none();
+    }
+    tracing::debug_span!(
+        target: "tollgate_server::otel",
+        "resp",
+        otel.name = command,
+        otel.kind = "server",
+        db.system.name = "redis",
+        db.operation.name = command,
+        ratelimit.outcome = Empty,
+    )
+}
+
+/// A server span for one gRPC `ShouldRateLimit` call of `domain`, continuing the trace
+/// Envoy sent in `metadata` (`traceparent`), or a disabled one while telemetry is off.
+pub(crate) fn grpc_span(domain: &str, metadata: &HeaderMap) -> Span {
+    if !super::started() {
+        return Span::none();
+    }
+    let span = tracing::debug_span!(
+        target: "tollgate_server::otel",
+        "grpc",
+        otel.name = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+        otel.kind = "server",
+        rpc.system = "grpc",
+        rpc.service = "envoy.service.ratelimit.v3.RateLimitService",
+        rpc.method = "ShouldRateLimit",
+        ratelimit.domain = domain,
+        ratelimit.outcome = Empty,
+    );
+    if !span.is_disabled() {
+        let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+            propagator.extract(&Headers(metadata))
+        });
+        let _ = span.set_parent(parent);
+    }
+    span
 }
 
 /// Puts `span`'s trace context into `headers` (`traceparent`, `tracestate`), replacing the

@@ -323,3 +323,234 @@ async fn traces_go_over_http_protobuf_to_a_v1_traces_endpoint_and_new_traces_sta
         .unwrap_or_else(|| panic!("{spans:#?}"));
     assert!(server.parent_span_id.is_empty(), "a root span: {server:#?}");
 }
+
+/// The address the service's log names after `marker`, once it has (within 10 s).
+async fn logged_address(service: &ServiceProcess, marker: &str) -> SocketAddr {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = service.log();
+        let found = log
+            .split(marker)
+            .nth(1)
+            .and_then(|rest| rest.split([' ', '\n']).next())
+            .and_then(|address| address.parse().ok());
+        if let Some(address) = found {
+            return address;
+        }
+        assert!(Instant::now() < deadline, "no {marker:?} in:\n{log}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_calls_continue_envoys_trace_and_resp_commands_are_server_spans() {
+    use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::RateLimitRequest;
+    use tollgate_server::grpc::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+    let (collector, received) = grpc_receiver().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[limits]\n\"edge\" = \"1/min\"\n[telemetry]\notlp_endpoint = \"http://{collector}\"\n"
+        ),
+    )
+    .unwrap();
+    let service = ServiceProcess::start(
+        &[
+            "--config",
+            &config.display().to_string(),
+            "--grpc",
+            "127.0.0.1:0",
+            "--resp",
+            "127.0.0.1:0",
+        ],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    );
+    let grpc = logged_address(&service, "(gRPC) on ").await;
+    let resp = logged_address(&service, "Redis protocol on ").await;
+
+    // Envoy sends its span's context in the call's metadata.
+    let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    for _ in 0..2 {
+        let mut call = tonic::Request::new(RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![crate::grpc::descriptor(&[("k", "v")])],
+            ..RateLimitRequest::default()
+        });
+        call.metadata_mut().insert(
+            "traceparent",
+            format!("00-{TRACE}-{PARENT}-01").parse().unwrap(),
+        );
+        client.should_rate_limit(call).await.unwrap();
+    }
+    let trace_id: Vec<u8> = (0..16)
+        .map(|i| u8::from_str_radix(&TRACE[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let calls = received.trace(&trace_id, 2).await;
+    let mut outcomes: Vec<String> = calls
+        .iter()
+        .map(|span| {
+            assert_eq!(span.kind, SpanKind::Server as i32);
+            assert_eq!(
+                hex(&span.parent_span_id),
+                PARENT,
+                "Envoy's span is the parent"
+            );
+            assert_eq!(
+                span.name,
+                "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+            );
+            assert_eq!(attribute(span, "ratelimit.domain").as_deref(), Some("edge"));
+            attribute(span, "ratelimit.outcome").unwrap_or_default()
+        })
+        .collect();
+    outcomes.sort();
+    assert_eq!(outcomes, ["admitted", "refused"]);
+
+    // A Redis-protocol command: a server span of its own.
+    let mut connection = redis::Client::open(format!("redis://{resp}/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let reply: redis::Value = redis::cmd("RL.REDUCE")
+        .arg("api/alice")
+        .arg(10)
+        .arg(60)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert!(matches!(reply, redis::Value::Int(_)), "{reply:?}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let found = received.spans.lock().unwrap().iter().any(|span| {
+            attribute(span, "db.system.name").as_deref() == Some("redis")
+                && attribute(span, "db.operation.name")
+                    .is_some_and(|name| name.eq_ignore_ascii_case("rl.reduce"))
+                && span.kind == SpanKind::Server as i32
+        });
+        if found {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no RL.REDUCE span");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The resident memory of process `pid`, in KiB.
+fn resident_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// `count` requests on one keep-alive connection, each answered 200.
+async fn proxied(proxy: SocketAddr, count: usize) {
+    let stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    for _ in 0..count {
+        sender.ready().await.unwrap();
+        let request = http::Request::get("/api/z")
+            .header("host", "gateway")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+            .await
+            .expect("answered without waiting on the collector")
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap();
+    }
+}
+
+/// `tollgate_telemetry_spans_total{outcome}` on `admin`'s `/metrics`.
+async fn spans_counted(admin: SocketAddr, outcome: &str) -> u64 {
+    let metrics = get(admin, "/metrics", &[]).await.body;
+    let prefix = format!("tollgate_telemetry_spans_total{{outcome=\"{outcome}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("{prefix}\n{metrics}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_costs_requests_nothing_memory_stays_bounded_and_export_resumes() {
+    // A port with nothing on it, for now.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (upstream, _) = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[limits]\napi = \"1000000/s\"\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\n"
+        ),
+    )
+    .unwrap();
+    let service = ServiceProcess::start(
+        &[
+            "--config",
+            &config.display().to_string(),
+            "--upstream",
+            &format!("http://{upstream}"),
+        ],
+        &[
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "256"),
+            ("OTEL_BSP_EXPORT_TIMEOUT", "200"),
+        ],
+    );
+    // Requests answered while no collector listens; the spans beyond the queue are dropped
+    // and counted, and memory does not grow with them. 20,000 requests (60,000 spans) by
+    // default, which a leak of a span's size would show; COLLECTOR_DOWN_REQUESTS=100000
+    // runs the 100,000 (about three minutes against the debug build).
+    let requests: usize = std::env::var("COLLECTOR_DOWN_REQUESTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000);
+    proxied(service.proxy, 2_000).await;
+    let settled = resident_kib(service.pid());
+    proxied(service.proxy, requests.saturating_sub(2_000)).await;
+    let grown = resident_kib(service.pid()).saturating_sub(settled);
+    assert!(grown < 16 * 1024, "resident memory grew {grown} KiB");
+    assert!(spans_counted(service.admin, "dropped").await > 0);
+    assert_eq!(spans_counted(service.admin, "exported").await, 0);
+
+    // The collector comes up on that port: export resumes.
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let received = Received::default();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(received.clone()))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while spans_counted(service.admin, "exported").await == 0 {
+        assert!(Instant::now() < deadline, "export never resumed");
+        proxied(service.proxy, 20).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!received.spans.lock().unwrap().is_empty());
+}
