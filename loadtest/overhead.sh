@@ -26,8 +26,9 @@
 #   (benches/contention.rs), printed as it runs.
 #
 # ROUNDS, DURATION, CONNECTIONS and REQUESTS go to the scripts above; GATEWAY_BIN (profile
-# part) measures another build of the service instead of building this one. Needs valgrind, wrk,
-# nginx and taskset (apt-get install -y valgrind wrk nginx util-linux).
+# part) measures another build of the service instead of building this one, and
+# PROFILE_TOML adds tables to the profiled gateway's config (e.g. a [telemetry] table).
+# Needs valgrind, wrk, nginx and taskset (apt-get install -y valgrind wrk nginx util-linux).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -93,7 +94,7 @@ CONF
   nginx -c "$out/nginx/upstream.conf" &
   pids+=($!)
   wait_port 18081
-  printf '[limits]\n"/" = "1000000/s"\n' > "$out/profile.toml"
+  printf '[limits]\n"/" = "1000000/s"\n%b' "${PROFILE_TOML:-}" > "$out/profile.toml"
   n=${PROFILE_REQUESTS:-2000}
   for count in "$n" $((2 * n)); do
     TOKIO_WORKER_THREADS=1 RUST_LOG=warn valgrind --tool=callgrind \

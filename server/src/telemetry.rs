@@ -18,10 +18,8 @@
 //! ```
 //! use tollgate_server::telemetry::{Protocol, TelemetrySettings};
 //!
-//! let file = TelemetrySettings {
-//!     otlp_endpoint: Some("http://collector:4318/v1/traces".into()),
-//!     ..TelemetrySettings::default()
-//! };
+//! let mut file = TelemetrySettings::default();
+//! file.otlp_endpoint = Some("http://collector:4318/v1/traces".into());
 //! let resolved = file.resolve(|_| None).unwrap().expect("an endpoint: telemetry is on");
 //! assert_eq!(resolved.protocol, Protocol::HttpProtobuf, "a /v1/traces path is HTTP");
 //! assert_eq!(resolved.service_name, "tollgate");
