@@ -24,13 +24,20 @@ fn request_span(method: &Method, path: &str, headers: &HeaderMap) -> Span {
         url.path = path,
         http.response.status_code = Empty,
     );
-    if !span.is_disabled() {
-        let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
-            propagator.extract(&Headers(headers))
-        });
-        let _ = span.set_parent(parent);
-    }
+    continue_trace(&span, headers);
     span
+}
+
+/// Makes the trace `headers` carry (`traceparent`, `tracestate`) `span`'s parent, if the
+/// span is enabled and they carry one.
+fn continue_trace(span: &Span, headers: &HeaderMap) {
+    if span.is_disabled() {
+        return;
+    }
+    let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.extract(&Headers(headers))
+    });
+    let _ = span.set_parent(parent);
 }
 
 /// A span for the upstream call of `method` to `address`, or a disabled one.
@@ -83,12 +90,7 @@ pub(crate) fn grpc_span(domain: &str, metadata: &HeaderMap) -> Span {
         ratelimit.domain = domain,
         ratelimit.outcome = Empty,
     );
-    if !span.is_disabled() {
-        let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
-            propagator.extract(&Headers(metadata))
-        });
-        let _ = span.set_parent(parent);
-    }
+    continue_trace(&span, metadata);
     span
 }
 

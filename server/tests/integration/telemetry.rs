@@ -154,6 +154,13 @@ fn attribute(span: &Span, key: &str) -> Option<String> {
         .and_then(|attribute| text(attribute.value.as_ref()?.value.as_ref()?))
 }
 
+/// A trace id written in hex, as the protos carry it.
+fn trace_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
@@ -201,9 +208,7 @@ async fn a_refused_requests_trace_shows_the_rule_limit_and_outcome_under_the_cli
     assert_eq!(refused.status, 429);
 
     // Two requests, two decisions, one upstream call.
-    let trace_id: Vec<u8> = (0..16)
-        .map(|i| u8::from_str_radix(&TRACE[2 * i..2 * i + 2], 16).unwrap())
-        .collect();
+    let trace_id = trace_bytes(TRACE);
     let spans = received.trace(&trace_id, 5).await;
     let of_kind = |kind: SpanKind| -> Vec<&Span> {
         spans
@@ -313,9 +318,7 @@ async fn traces_go_over_http_protobuf_to_a_v1_traces_endpoint_and_new_traces_sta
     let sent = seen.lock().unwrap().clone();
     assert_eq!(sent.len(), 1, "{sent:?}");
     let trace = &sent[0][3..35];
-    let trace_id: Vec<u8> = (0..16)
-        .map(|i| u8::from_str_radix(&trace[2 * i..2 * i + 2], 16).unwrap())
-        .collect();
+    let trace_id = trace_bytes(trace);
     let spans = received.trace(&trace_id, 3).await;
     let server = spans
         .iter()
@@ -390,9 +393,7 @@ async fn grpc_calls_continue_envoys_trace_and_resp_commands_are_server_spans() {
         );
         client.should_rate_limit(call).await.unwrap();
     }
-    let trace_id: Vec<u8> = (0..16)
-        .map(|i| u8::from_str_radix(&TRACE[2 * i..2 * i + 2], 16).unwrap())
-        .collect();
+    let trace_id = trace_bytes(TRACE);
     let calls = received.trace(&trace_id, 2).await;
     let mut outcomes: Vec<String> = calls
         .iter()
