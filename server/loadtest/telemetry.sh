@@ -43,6 +43,6 @@ for row in "off|" "1 %|[telemetry]\n$endpoint\nsample_ratio = 0.01\n" "100 %|[te
   done
   pkill -P "$run" 2>/dev/null || true
   kill "$run" 2>/dev/null || true
-  count=$(awk '/instructions per request/ { print $1; exit }' "$out")
+  count=$(awk '/^ *[0-9]+ +instructions per request/ { print $1; exit }' "$out")
   echo "telemetry $name: $count instructions per proxied request"
 done

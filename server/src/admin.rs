@@ -940,16 +940,31 @@ fn estimates(
         .collect()
 }
 
-async fn render_metrics(State(state): State<AdminState<BackendStore>>) -> Response {
+async fn render_metrics(
+    State(state): State<AdminState<BackendStore>>,
+    request_headers: HeaderMap,
+) -> Response {
     // With Redis, the buckets this instance holds are its fallback ones.
     metrics::gauge!("tollgate_buckets_active").set(state.limits.store().memory().len() as f64);
     state.metrics.run_upkeep();
+    let text = state.metrics.render();
+    let openmetrics = request_headers
+        .get(header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok())
+        .is_some_and(crate::metrics::openmetrics::wanted);
     let mut headers = HeaderMap::new();
+    if openmetrics {
+        headers.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static(crate::metrics::openmetrics::CONTENT_TYPE),
+        );
+        return (headers, crate::metrics::openmetrics::render(&text)).into_response();
+    }
     headers.insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("text/plain; version=0.0.4"),
     );
-    (headers, state.metrics.render()).into_response()
+    (headers, text).into_response()
 }
 
 fn bad_request(message: &str) -> Response {

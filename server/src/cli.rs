@@ -373,13 +373,19 @@ async fn serve(settings: Settings, mut logging: Logging, levels: Levels) -> Exit
             say(
                 &logging,
                 &format!(
-                    "tollgate: traces to {} (OTLP over {}), {}% of new traces kept",
+                    "tollgate: traces to {} (OTLP over {}), {}% of new traces kept{}",
                     resolved.endpoint,
-                    match resolved.protocol {
-                        crate::telemetry::Protocol::Grpc => "gRPC",
-                        crate::telemetry::Protocol::HttpProtobuf => "HTTP",
-                    },
-                    resolved.sample_ratio * 100.0
+                    over(resolved.protocol),
+                    resolved.sample_ratio * 100.0,
+                    resolved
+                        .metrics
+                        .as_ref()
+                        .map_or(String::new(), |metrics| format!(
+                            "; metrics to {} (OTLP over {}) every {} s",
+                            metrics.endpoint,
+                            over(metrics.protocol),
+                            metrics.interval.as_secs_f64()
+                        )),
                 ),
             );
         }
@@ -424,6 +430,14 @@ async fn serve(settings: Settings, mut logging: Logging, levels: Levels) -> Exit
     // The last spans, flushed (bounded by the export timeout) off the runtime's workers.
     let _ = tokio::task::spawn_blocking(move || logging.flush_telemetry()).await;
     ExitCode::SUCCESS
+}
+
+/// How a protocol is named in the start-up line.
+fn over(protocol: crate::telemetry::Protocol) -> &'static str {
+    match protocol {
+        crate::telemetry::Protocol::Grpc => "gRPC",
+        crate::telemetry::Protocol::HttpProtobuf => "HTTP",
+    }
 }
 
 /// A line for the operator (the addresses people and scripts read, a fatal error), whatever

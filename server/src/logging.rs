@@ -21,7 +21,8 @@
 
 use std::io::IsTerminal as _;
 
-use tracing_subscriber::layer::{Layered, SubscriberExt as _};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer, Registry, reload};
 
@@ -93,20 +94,21 @@ pub fn parse_log_level(text: &str) -> Result<String, String> {
         .map_err(|error| format!("log level \"{text}\": {error}"))
 }
 
-type Filtered = Layered<reload::Layer<EnvFilter, Registry>, Registry>;
-type Formatter = Box<dyn Layer<Filtered> + Send + Sync>;
-type Formatted = Layered<reload::Layer<Formatter, Filtered>, Filtered>;
+type Formatter = Box<dyn Layer<Registry> + Send + Sync>;
 
 /// The installed log: its format and filter, each changeable later.
+///
+/// Each layer has a filter of its own: the log's formatter the log level, OpenTelemetry's
+/// layer the telemetry targets once a collector is named. So telemetry's spans are never
+/// formatted (the log has nothing to print for them), and while telemetry is off its
+/// filter enables nothing and their callsites are never visited.
 pub struct Logging {
     format: LogFormat,
     filter: reload::Handle<EnvFilter, Registry>,
-    formatter: reload::Handle<Formatter, Filtered>,
+    formatter: reload::Handle<Formatter, Registry>,
+    telemetry_filter: reload::Handle<Targets, Registry>,
     /// Where telemetry's spans go once it starts.
     exporting: Exporting,
-    /// The level in use, and whether telemetry's spans are let through beside it.
-    level: String,
-    telemetry: bool,
 }
 
 impl std::fmt::Debug for Logging {
@@ -127,25 +129,27 @@ impl Logging {
         // OpenTelemetry's layer is in place from the start, feeding a tracer whose exporter
         // is added once the config names a collector: tracing-opentelemetry finds its
         // context through the subscriber, which a layer swapped in later would hide. Until
-        // then the filter lets none of telemetry's spans through.
+        // then its filter lets nothing through.
         let (exporting, tracer) = Exporting::new();
-        let opentelemetry = tracing_opentelemetry::layer::<Formatted>()
+        let (telemetry_filter, telemetry_handle) = reload::Layer::new(Targets::new());
+        let opentelemetry = tracing_opentelemetry::layer::<Registry>()
             .with_tracer(tracer)
             .with_location(false)
             .with_threads(false)
             .with_tracked_inactivity(false);
-        let _ = tracing_subscriber::registry()
-            .with(filter)
-            .with(formatter)
-            .with(opentelemetry)
-            .try_init();
+        // A Vec rather than `and_then`: it weighs the two filters' level hints as per-layer
+        // filters need (with `and_then`, telemetry's "nothing" silenced the log too).
+        let layers = vec![
+            formatter.with_filter(filter).boxed(),
+            opentelemetry.with_filter(telemetry_filter).boxed(),
+        ];
+        let _ = tracing_subscriber::registry().with(layers).try_init();
         Logging {
             format,
             filter: filter_handle,
             formatter: formatter_handle,
+            telemetry_filter: telemetry_handle,
             exporting,
-            level: level.to_owned(),
-            telemetry: false,
         }
     }
 
@@ -159,33 +163,27 @@ impl Logging {
         if format != self.format && self.formatter.reload(formatter(format)).is_ok() {
             self.format = format;
         }
-        level.clone_into(&mut self.level);
-        self.refilter();
+        let _ = self.filter.reload(filter_of(level));
     }
 
     /// Sends the telemetry spans (targets `tollgate_server::otel` and `tollgate::decision`, at
     /// DEBUG whatever the log level) to `resolved`'s collector from now on. Log lines stay
-    /// as they were: those spans have no events of their own. Must run inside a tokio
+    /// as they were: the log's filter is the log level alone. Must run inside a tokio
     /// runtime (the exporter's task is spawned on it).
     pub fn export_to(&mut self, resolved: &Resolved) -> Result<(), TelemetryError> {
         self.exporting.start(resolved)?;
-        self.telemetry = true;
-        self.refilter();
+        let targets = crate::telemetry::TARGETS
+            .iter()
+            .fold(Targets::new(), |targets, target| {
+                targets.with_target(*target, tracing::Level::DEBUG)
+            });
+        let _ = self.telemetry_filter.reload(targets);
         Ok(())
     }
 
     /// Exports the spans still queued (bounded by the export timeout) and stops exporting.
     pub fn flush_telemetry(&self) {
         self.exporting.shutdown();
-    }
-
-    fn refilter(&self) {
-        let filter = if self.telemetry {
-            filter_of(&format!("{},{}", self.level, crate::telemetry::DIRECTIVES))
-        } else {
-            filter_of(&self.level)
-        };
-        let _ = self.filter.reload(filter);
     }
 }
 

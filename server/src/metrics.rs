@@ -3,13 +3,18 @@
 //! The library counts through the `metrics` facade; this installs the recorder those counts
 //! go to. It must be installed before rules are compiled, since each rule keeps handles to
 //! its counters ([`install`] is idempotent, and the gateway calls it first).
+//!
+//! The admin listener renders it as Prometheus text, or as OpenMetrics with exemplars on
+//! the decision-latency histogram (`openmetrics`); telemetry sends it over OTLP. Both read
+//! the Prometheus rendering back (`exposition`), so every form shows the same catalogue.
 
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Decision latency buckets, in seconds: the decision takes hundreds of nanoseconds.
-const DECISION_BUCKETS: [f64; 9] = [1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 1e-4, 1e-3];
+pub(crate) const DECISION_BUCKETS: [f64; 9] =
+    [1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 1e-4, 1e-3];
 
 /// How long `on_limit = "delay"` held requests, in seconds: milliseconds to a minute.
 const DELAY_BUCKETS: [f64; 12] = [
@@ -18,6 +23,15 @@ const DELAY_BUCKETS: [f64; 12] = [
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// When the process's counters began (the recorder's installation): the start of every
+/// cumulative series the OTLP export sends.
+static INSTALLED_AT: OnceLock<std::time::SystemTime> = OnceLock::new();
+
+/// When [`install`] first ran (now, if it has not).
+pub(crate) fn installed_at() -> std::time::SystemTime {
+    *INSTALLED_AT.get_or_init(std::time::SystemTime::now)
+}
+
 /// Installs the process-wide Prometheus recorder (once) and returns its handle.
 ///
 /// If another recorder was installed first, tollgate's metrics go to that one and this
@@ -25,6 +39,7 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 pub fn install() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
+            let _ = installed_at();
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(
                     Matcher::Full("tollgate_decision_seconds".into()),
@@ -45,13 +60,74 @@ pub fn install() -> PrometheusHandle {
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
-            if metrics::set_global_recorder(recorder).is_err() {
+            if metrics::set_global_recorder(Exemplary(recorder)).is_err() {
                 tracing::warn!("a metrics recorder was already installed; /metrics will be empty");
             }
             describe();
             handle
         })
         .clone()
+}
+
+/// The Prometheus recorder, the decision histogram's handles keeping exemplars.
+struct Exemplary(metrics_exporter_prometheus::PrometheusRecorder);
+
+impl metrics::Recorder for Exemplary {
+    fn describe_counter(
+        &self,
+        key: metrics::KeyName,
+        unit: Option<metrics::Unit>,
+        description: metrics::SharedString,
+    ) {
+        self.0.describe_counter(key, unit, description);
+    }
+
+    fn describe_gauge(
+        &self,
+        key: metrics::KeyName,
+        unit: Option<metrics::Unit>,
+        description: metrics::SharedString,
+    ) {
+        self.0.describe_gauge(key, unit, description);
+    }
+
+    fn describe_histogram(
+        &self,
+        key: metrics::KeyName,
+        unit: Option<metrics::Unit>,
+        description: metrics::SharedString,
+    ) {
+        self.0.describe_histogram(key, unit, description);
+    }
+
+    fn register_counter(
+        &self,
+        key: &metrics::Key,
+        metadata: &metrics::Metadata<'_>,
+    ) -> metrics::Counter {
+        self.0.register_counter(key, metadata)
+    }
+
+    fn register_gauge(
+        &self,
+        key: &metrics::Key,
+        metadata: &metrics::Metadata<'_>,
+    ) -> metrics::Gauge {
+        self.0.register_gauge(key, metadata)
+    }
+
+    fn register_histogram(
+        &self,
+        key: &metrics::Key,
+        metadata: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        let histogram = self.0.register_histogram(key, metadata);
+        if key.name() == "tollgate_decision_seconds" {
+            exemplars::WithExemplars::wrap(histogram)
+        } else {
+            histogram
+        }
+    }
 }
 
 /// What kind of metric one is.
@@ -259,6 +335,12 @@ pub const CATALOGUE: &[Metric] = &[
         "Trace spans sent to the OTLP collector, by outcome: exported, dropped (the bounded queue was full: the collector is down or slow), failed (the collector refused them or did not answer in time).",
     ),
     metric(
+        "tollgate_telemetry_metric_exports_total",
+        Kind::Counter,
+        &["outcome"],
+        "Exports of these metrics to the OTLP collector, by outcome: exported, failed (refused, or no answer within the export timeout; the next interval sends the cumulative figures again).",
+    ),
+    metric(
         "tollgate_tls_handshake_failures_total",
         Kind::Counter,
         &["listener"],
@@ -307,6 +389,10 @@ pub const CATALOGUE: &[Metric] = &[
         "Requests whose credential failed (reason: unknown key), by what was done: anonymous (counted as if absent) or reject (401).",
     ),
 ];
+
+pub(crate) mod exemplars;
+pub(crate) mod exposition;
+pub mod openmetrics;
 
 fn describe() {
     for metric in CATALOGUE {

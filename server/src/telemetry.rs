@@ -10,10 +10,11 @@
 //! in `tollgate_telemetry_spans_total{outcome="dropped"}`.
 //!
 //! The spans are `tracing` spans at DEBUG under the targets `tollgate_server::otel` and
-//! `tollgate::decision`, which the log filter lets through only while telemetry is on;
-//! OpenTelemetry's `tracing` layer sits in the log's subscriber from the start (see
-//! `logging`), its exporter filled in here once a collector is named. Off, the proxy's
-//! spans cost a flag read and the decision's a level check.
+//! `tollgate::decision`, which OpenTelemetry's `tracing` layer — in the log's subscriber
+//! from the start, with a filter of its own (see `logging`) — lets through only while
+//! telemetry is on, its exporter filled in here once a collector is named; the log's own
+//! formatter never sees them. Off, the proxy's spans cost a flag read and the decision's
+//! a callsite check.
 //!
 //! ```
 //! use tollgate_server::telemetry::{Protocol, TelemetrySettings};
@@ -83,6 +84,21 @@ pub struct Resolved {
     pub schedule_delay: Duration,
     /// How long one export may take (`OTEL_BSP_EXPORT_TIMEOUT`, 10 s).
     pub export_timeout: Duration,
+    /// Where metrics go, and how often (`None`: `OTEL_METRICS_EXPORTER=none`).
+    pub metrics: Option<MetricsTarget>,
+}
+
+/// Where and how often the metrics go over OTLP.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct MetricsTarget {
+    /// The collector's URL for metrics: `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, or the
+    /// traces' endpoint (its `/v1/traces` made `/v1/metrics` over HTTP).
+    pub endpoint: String,
+    /// gRPC or HTTP/protobuf.
+    pub protocol: Protocol,
+    /// How often they go (`OTEL_METRIC_EXPORT_INTERVAL`, 60 s).
+    pub interval: Duration,
 }
 
 /// A `[telemetry]` setting, or an `OTEL_*` variable, that cannot be used.
@@ -167,6 +183,50 @@ impl TelemetrySettings {
                     .map_err(|_| TelemetryError::Variable(name.to_owned(), value.clone()))
             })
         };
+        let metrics = match env("OTEL_METRICS_EXPORTER") {
+            Some(exporter) if exporter.trim() == "none" => None,
+            _ => {
+                let (endpoint, protocol) = match env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") {
+                    Some(endpoint) => {
+                        let endpoint = endpoint.trim().to_owned();
+                        let uri: http::Uri = endpoint
+                            .parse()
+                            .map_err(|_| TelemetryError::Endpoint(endpoint.clone()))?;
+                        if !matches!(uri.scheme_str(), Some("http" | "https"))
+                            || uri.host().is_none()
+                        {
+                            return Err(TelemetryError::Endpoint(endpoint));
+                        }
+                        let protocol = if uri.path().ends_with("/v1/metrics") || http_wanted {
+                            Protocol::HttpProtobuf
+                        } else {
+                            Protocol::Grpc
+                        };
+                        if protocol == Protocol::Grpc && uri.scheme_str() == Some("https") {
+                            return Err(TelemetryError::GrpcTls(endpoint));
+                        }
+                        (endpoint, protocol)
+                    }
+                    None => match protocol {
+                        Protocol::Grpc => (endpoint.clone(), Protocol::Grpc),
+                        Protocol::HttpProtobuf => (
+                            match endpoint.strip_suffix("/v1/traces") {
+                                Some(base) => format!("{base}/v1/metrics"),
+                                None => endpoint.clone(),
+                            },
+                            Protocol::HttpProtobuf,
+                        ),
+                    },
+                };
+                Some(MetricsTarget {
+                    endpoint,
+                    protocol,
+                    interval: Duration::from_millis(
+                        number("OTEL_METRIC_EXPORT_INTERVAL", 60_000)?.max(1),
+                    ),
+                })
+            }
+        };
         let count = |name: &str, default: u64| {
             number(name, default).map(|n| usize::try_from(n.max(1)).unwrap_or(usize::MAX))
         };
@@ -181,6 +241,7 @@ impl TelemetrySettings {
             export_timeout: Duration::from_millis(
                 number("OTEL_BSP_EXPORT_TIMEOUT", 10_000)?.max(1),
             ),
+            metrics,
         }))
     }
 }
@@ -275,6 +336,7 @@ pub struct Exporting {
     provider: opentelemetry_sdk::trace::SdkTracerProvider,
     batches: Arc<OnceLock<Box<dyn SpanProcessor>>>,
     ratio: Arc<AtomicU64>,
+    metrics: OnceLock<metric_push::MetricPush>,
 }
 
 impl Exporting {
@@ -297,6 +359,7 @@ impl Exporting {
                 provider,
                 batches,
                 ratio,
+                metrics: OnceLock::new(),
             },
             tracer,
         )
@@ -344,12 +407,25 @@ impl Exporting {
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
         );
+        if let Some(target) = &resolved.metrics {
+            let push = metric_push::MetricPush::start(
+                target,
+                &resolved.service_name,
+                resolved.export_timeout,
+            )?;
+            let _ = self.metrics.set(push);
+        }
+        crate::metrics::exemplars::trace_with(current_trace);
         STARTED.store(true, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Exports what is queued (bounded by the export timeout) and stops.
+    /// Exports what is queued and the metrics once more (each bounded by the export
+    /// timeout), and stops.
     pub fn shutdown(&self) {
+        if let Some(metrics) = self.metrics.get() {
+            metrics.shutdown();
+        }
         if self.batches.get().is_some()
             && let Err(error) = self.provider.shutdown()
         {
@@ -412,6 +488,26 @@ impl opentelemetry_sdk::trace::ShouldSample for SharedRatio {
     }
 }
 
+/// The ids of the trace the current `tracing` span is part of, if it is sampled: the
+/// decision histogram's exemplars.
+fn current_trace() -> Option<crate::metrics::exemplars::TraceIds> {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+    let span = tracing::Span::current();
+    if span.is_disabled() {
+        return None;
+    }
+    let context = span.context();
+    let span_context = context.span().span_context().clone();
+    (span_context.is_valid() && span_context.is_sampled()).then(|| {
+        crate::metrics::exemplars::TraceIds {
+            trace_id: span_context.trace_id().to_bytes(),
+            span_id: span_context.span_id().to_bytes(),
+        }
+    })
+}
+
 /// Whether a collector has been named: until then the proxy makes no span.
 static STARTED: AtomicBool = AtomicBool::new(false);
 
@@ -426,12 +522,17 @@ pub(crate) fn register_metrics() {
     for outcome in queue::OUTCOMES {
         metrics::counter!("tollgate_telemetry_spans_total", "outcome" => outcome).increment(0);
     }
+    for outcome in metric_push::OUTCOMES {
+        metrics::counter!("tollgate_telemetry_metric_exports_total", "outcome" => outcome)
+            .increment(0);
+    }
 }
 
-/// The log directives that let the telemetry spans through while it is on.
-pub(crate) const DIRECTIVES: &str = "tollgate_server::otel=debug,tollgate::decision=debug";
+/// The `tracing` targets whose spans are exported (at DEBUG) while telemetry is on.
+pub(crate) const TARGETS: [&str; 2] = ["tollgate_server::otel", "tollgate::decision"];
 
 mod http_client;
+mod metric_push;
 mod queue;
 mod spans;
 

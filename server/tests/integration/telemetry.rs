@@ -7,6 +7,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -14,20 +20,51 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::metrics::v1::{Metric, metric::Data, number_data_point};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use tokio::net::TcpListener;
 
 use crate::support::{ServiceProcess, get};
 
-/// What a receiver was sent: spans, and the service names their resources carried.
+/// What a receiver was sent: spans, the service names their resources carried, and
+/// metrics (each export's, the latest last).
 #[derive(Clone, Default)]
 struct Received {
     spans: Arc<Mutex<Vec<Span>>>,
     services: Arc<Mutex<Vec<String>>>,
+    metrics: Arc<Mutex<Vec<Vec<Metric>>>>,
 }
 
 impl Received {
+    fn take_metrics(&self, request: ExportMetricsServiceRequest) {
+        let metrics = request
+            .resource_metrics
+            .into_iter()
+            .flat_map(|resource| resource.scope_metrics)
+            .flat_map(|scope| scope.metrics)
+            .collect();
+        self.metrics.lock().unwrap().push(metrics);
+    }
+
+    /// The metric `name` in the latest export, once `ready` says it is there (within 15 s).
+    async fn metric(&self, name: &str, ready: impl Fn(&Metric) -> bool) -> Metric {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let latest = self
+                .metrics
+                .lock()
+                .unwrap()
+                .last()
+                .and_then(|metrics| metrics.iter().find(|metric| metric.name == name).cloned());
+            if let Some(metric) = latest.filter(|metric| ready(metric)) {
+                return metric;
+            }
+            assert!(Instant::now() < deadline, "no {name} exported as expected");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     fn take(&self, request: ExportTraceServiceRequest) {
         for resource_spans in request.resource_spans {
             let service = resource_spans
@@ -89,6 +126,17 @@ impl TraceService for Received {
     }
 }
 
+#[tonic::async_trait]
+impl MetricsService for Received {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.take_metrics(request.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
 /// An OTLP/gRPC receiver on a free port.
 async fn grpc_receiver() -> (SocketAddr, Received) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -98,6 +146,7 @@ async fn grpc_receiver() -> (SocketAddr, Received) {
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(service)
+            .add_service(MetricsServiceServer::new(received.clone()))
             .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
     );
     (address, received)
@@ -109,21 +158,38 @@ async fn http_receiver() -> (SocketAddr, Received) {
     let address = listener.local_addr().unwrap();
     let received = Received::default();
     let taker = received.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |body: bytes::Bytes| {
-            let taker = taker.clone();
-            async move {
-                let request: ExportTraceServiceRequest =
-                    prost::Message::decode(body).expect("a protobuf export request");
-                taker.take(request);
-                (
-                    [("content-type", "application/x-protobuf")],
-                    prost::Message::encode_to_vec(&ExportTraceServiceResponse::default()),
-                )
-            }
-        }),
-    );
+    let metrics_taker = received.clone();
+    let app = axum::Router::new()
+        .route(
+            "/v1/traces",
+            axum::routing::post(move |body: bytes::Bytes| {
+                let taker = taker.clone();
+                async move {
+                    let request: ExportTraceServiceRequest =
+                        prost::Message::decode(body).expect("a protobuf export request");
+                    taker.take(request);
+                    (
+                        [("content-type", "application/x-protobuf")],
+                        prost::Message::encode_to_vec(&ExportTraceServiceResponse::default()),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/v1/metrics",
+            axum::routing::post(move |body: bytes::Bytes| {
+                let taker = metrics_taker.clone();
+                async move {
+                    let request: ExportMetricsServiceRequest =
+                        prost::Message::decode(body).expect("a protobuf export request");
+                    taker.take_metrics(request);
+                    (
+                        [("content-type", "application/x-protobuf")],
+                        prost::Message::encode_to_vec(&ExportMetricsServiceResponse::default()),
+                    )
+                }
+            }),
+        );
     tokio::spawn(async move { axum::serve(listener, app).await });
     (address, received)
 }
@@ -186,7 +252,10 @@ fn gateway(dir: &tempfile::TempDir, endpoint: &str, upstream: SocketAddr) -> Ser
             "--upstream",
             &format!("http://{upstream}"),
         ],
-        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+        &[
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+        ],
     )
 }
 
@@ -325,6 +394,150 @@ async fn traces_go_over_http_protobuf_to_a_v1_traces_endpoint_and_new_traces_sta
         .find(|span| span.kind == SpanKind::Server as i32)
         .unwrap_or_else(|| panic!("{spans:#?}"));
     assert!(server.parent_span_id.is_empty(), "a root span: {server:#?}");
+    // Metrics go beside the traces, to /v1/metrics.
+    let requests = received
+        .metric("tollgate_requests_total", |metric| {
+            sum_of(metric, &[("rule", "api"), ("outcome", "allowed")]) == Some(1.0)
+        })
+        .await;
+    assert!(
+        requests.description.starts_with("Requests decided"),
+        "{requests:#?}"
+    );
+}
+
+/// The value of a counter's (or gauge's) series with `labels`.
+fn sum_of(metric: &Metric, labels: &[(&str, &str)]) -> Option<f64> {
+    let points = match metric.data.as_ref()? {
+        Data::Sum(sum) => &sum.data_points,
+        Data::Gauge(gauge) => &gauge.data_points,
+        _ => return None,
+    };
+    points
+        .iter()
+        .find(|point| {
+            labels.iter().all(|(key, value)| {
+                point.attributes.iter().any(|attribute| {
+                    attribute.key == *key
+                        && attribute
+                            .value
+                            .as_ref()
+                            .and_then(|v| text(v.value.as_ref()?))
+                            .as_deref()
+                            == Some(*value)
+                })
+            })
+        })
+        .and_then(|point| match point.value? {
+            number_data_point::Value::AsDouble(value) => Some(value),
+            number_data_point::Value::AsInt(value) => Some(value as f64),
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_go_over_otlp_and_decision_latency_carries_exemplars_leading_to_traces() {
+    let (collector, received) = grpc_receiver().await;
+    let (upstream, _) = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[limits]\napi = \"1000000/s\"\n[telemetry]\notlp_endpoint = \"http://{collector}\"\n"
+        ),
+    )
+    .unwrap();
+    let service = ServiceProcess::start(
+        &[
+            "--config",
+            &config.display().to_string(),
+            "--upstream",
+            &format!("http://{upstream}"),
+        ],
+        &[
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+        ],
+    );
+    assert!(
+        service.log().contains("metrics to http://"),
+        "{}",
+        service.log()
+    );
+    // One decision in 64 is timed: enough requests that some are.
+    proxied(service.proxy, 400).await;
+
+    // The OTLP metrics: the same names and labels as /metrics, and the decision histogram
+    // with exemplars naming traces the collector has.
+    let requests = received
+        .metric("tollgate_requests_total", |metric| {
+            sum_of(metric, &[("rule", "api"), ("outcome", "allowed")]) == Some(400.0)
+        })
+        .await;
+    assert!(matches!(requests.data, Some(Data::Sum(ref sum)) if sum.is_monotonic));
+    let latency = received
+        .metric("tollgate_decision_seconds", |metric| match &metric.data {
+            Some(Data::Histogram(histogram)) => histogram
+                .data_points
+                .iter()
+                .any(|point| point.count > 0 && !point.exemplars.is_empty()),
+            _ => false,
+        })
+        .await;
+    assert_eq!(latency.unit, "s");
+    let Some(Data::Histogram(histogram)) = &latency.data else {
+        unreachable!()
+    };
+    let point = &histogram.data_points[0];
+    assert_eq!(point.bucket_counts.len(), point.explicit_bounds.len() + 1);
+    assert_eq!(point.bucket_counts.iter().sum::<u64>(), point.count);
+    let exemplar = &point.exemplars[0];
+    let spans = received.trace(&exemplar.trace_id, 1).await;
+    assert!(
+        spans.iter().any(|span| span.span_id == exemplar.span_id),
+        "the exemplar names a span of its trace: {spans:#?}"
+    );
+
+    // /metrics in OpenMetrics: counters named as OpenMetrics names them, exemplars on the
+    // decision histogram's buckets, and the end marked.
+    let page = get(
+        service.admin,
+        "/metrics",
+        &[(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+        )],
+    )
+    .await;
+    assert!(
+        page.header("content-type")
+            .is_some_and(|kind| kind.starts_with("application/openmetrics-text")),
+        "{:?}",
+        page.headers
+    );
+    assert!(page.body.ends_with("# EOF\n"), "{}", page.body);
+    assert!(
+        page.body.contains("# TYPE tollgate_requests counter\n"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("tollgate_requests_total{rule=\"api\",outcome=\"allowed\"} 400\n"),
+        "{}",
+        page.body
+    );
+    let exemplar_trace = page
+        .body
+        .lines()
+        .filter(|line| line.starts_with("tollgate_decision_seconds_bucket"))
+        .find_map(|line| line.split("# {trace_id=\"").nth(1))
+        .map(|rest| rest[..32].to_owned())
+        .unwrap_or_else(|| panic!("no exemplar:\n{}", page.body));
+    received.trace(&trace_bytes(&exemplar_trace), 1).await;
+    // Without asking, the Prometheus text as before.
+    let plain = get(service.admin, "/metrics", &[]).await;
+    assert!(!plain.body.contains("# EOF") && !plain.body.contains("trace_id"));
 }
 
 /// The address the service's log names after `marker`, once it has (within 10 s).
