@@ -21,7 +21,7 @@ use clap::{CommandFactory as _, FromArgMatches as _};
 use tollgate::Limits;
 
 use crate::logging::{LogFormat, Logging};
-use crate::telemetry::{TelemetryFile, TelemetryTable};
+use crate::telemetry::{TelemetryFile, TelemetrySettings, TelemetryTable};
 use crate::{FileSettings, Gateway, GatewayTable, Settings, describe_rules, shutdown_signal};
 
 /// tollgate's rate-limit service: a rate-limiting reverse proxy with an admin listener,
@@ -42,6 +42,19 @@ struct Flags {
     /// default), secrets redacted, and exit.
     #[arg(long)]
     print_config: bool,
+    /// Where traces and metrics go over OTLP (`http://host:4317` for gRPC, a URL ending in
+    /// `/v1/traces` for HTTP/protobuf); wins over `[telemetry] otlp_endpoint`, which wins
+    /// over `OTEL_EXPORTER_OTLP_ENDPOINT` [default: none, telemetry off].
+    #[arg(long, value_name = "URL", env = "TOLLGATE_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+    /// The `service.name` telemetry carries; wins over `[telemetry] service_name` and
+    /// `OTEL_SERVICE_NAME` [default: tollgate].
+    #[arg(long, value_name = "NAME", env = "TOLLGATE_SERVICE_NAME")]
+    service_name: Option<String>,
+    /// The share of new traces kept, 0 to 1; wins over `[telemetry] sample_ratio` and
+    /// `OTEL_TRACES_SAMPLER_ARG` [default: 1].
+    #[arg(long, value_name = "RATIO", env = "TOLLGATE_SAMPLE_RATIO")]
+    sample_ratio: Option<f64>,
     #[command(subcommand)]
     verb: Option<Verb>,
 }
@@ -110,7 +123,14 @@ pub fn main() -> ExitCode {
         None => {}
     }
     match runtime(tokio::runtime::Builder::new_multi_thread()) {
-        Ok(runtime) => runtime.block_on(serve(flags.settings, logging, levels)),
+        Ok(runtime) => {
+            let telemetry = TelemetrySettings {
+                otlp_endpoint: flags.otlp_endpoint,
+                service_name: flags.service_name,
+                sample_ratio: flags.sample_ratio,
+            };
+            runtime.block_on(serve(flags.settings, telemetry, logging, levels))
+        }
         Err(failed) => failed,
     }
 }
@@ -334,9 +354,15 @@ fn print_config(settings: &Settings, matches: &clap::ArgMatches) -> ExitCode {
     }
 }
 
-async fn serve(settings: Settings, mut logging: Logging, levels: Levels) -> ExitCode {
+/// Serves until a signal; `telemetry` holds what flags and `TOLLGATE_*` said of telemetry.
+async fn serve(
+    settings: Settings,
+    telemetry: TelemetrySettings,
+    mut logging: Logging,
+    levels: Levels,
+) -> ExitCode {
     let format = settings.log_format;
-    let gateway = match Gateway::start(settings).await {
+    let gateway = match Gateway::start_with_telemetry(settings, telemetry.clone()).await {
         Ok(gateway) => gateway,
         Err(error) => {
             // An invalid config at start-up is fatal: file, line, column and what is wrong.
@@ -356,13 +382,15 @@ async fn serve(settings: Settings, mut logging: Logging, levels: Levels) -> Exit
         format.or(file.log_format).unwrap_or_default(),
         &levels.level(file.log_level.as_deref()),
     );
-    // [telemetry] (or OTEL_*): traces to a collector, from now on.
-    let telemetry = gateway
-        .limits()
-        .rules()
-        .extension::<TelemetryFile>()
-        .map(|file| file.0.clone())
-        .unwrap_or_default();
+    // Flags, then [telemetry], then OTEL_*: traces to a collector, from now on.
+    let telemetry = telemetry.over(
+        &gateway
+            .limits()
+            .rules()
+            .extension::<TelemetryFile>()
+            .map(|file| file.0.clone())
+            .unwrap_or_default(),
+    );
     match telemetry.resolve(|name| std::env::var(name).ok()) {
         Ok(None) => {}
         Ok(Some(resolved)) => {

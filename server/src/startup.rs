@@ -12,6 +12,7 @@ use super::proxy::{self, Proxy, ProxyOptions};
 use super::readiness::Readiness;
 use super::resp::{self, RespOptions};
 use super::settings::{FileSettings, GatewayTable, Settings};
+use super::telemetry::TelemetrySettings;
 use super::tls::{ListenerTls, TlsAcceptor, TlsError};
 use super::{Gateway, demo, metrics, signals};
 use tollgate::Limits;
@@ -61,6 +62,15 @@ impl Gateway {
     /// Returns once the listeners are bound, so clients can connect at once. Must run
     /// inside a multi-threaded tokio runtime.
     pub async fn start(settings: Settings) -> Result<Gateway, GatewayError> {
+        Gateway::start_with_telemetry(settings, TelemetrySettings::default()).await
+    }
+
+    /// [`Gateway::start`], with what flags and `TOLLGATE_*` said of telemetry (they win
+    /// over the config's `[telemetry]`): requests get a server span when it is on.
+    pub async fn start_with_telemetry(
+        settings: Settings,
+        telemetry: TelemetrySettings,
+    ) -> Result<Gateway, GatewayError> {
         // Before any rule is compiled: rules keep handles to their counters.
         let metrics = metrics::install();
         super::telemetry::register_metrics();
@@ -144,12 +154,17 @@ impl Gateway {
         proxy_options.upstream_ca_file = resolved.upstream_ca_file.clone();
         proxy_options.upstream_protocol = resolved.upstream_protocol.unwrap_or_default();
         proxy_options.tls = http_tls.clone();
-        proxy_options.telemetry = limits
+        let file = limits
             .rules()
             .extension::<super::telemetry::TelemetryFile>()
-            .is_some_and(|file| {
-                matches!(file.0.resolve(|name| std::env::var(name).ok()), Ok(Some(_)))
-            });
+            .map(|file| file.0.clone())
+            .unwrap_or_default();
+        proxy_options.telemetry = matches!(
+            telemetry
+                .over(&file)
+                .resolve(|name| std::env::var(name).ok()),
+            Ok(Some(_))
+        );
         let proxy = Proxy::from_options(&proxy_options)?;
         let mut admin_options = AdminOptions::new(metrics);
         admin_options.token = resolved.admin_token.clone();

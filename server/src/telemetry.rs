@@ -42,8 +42,9 @@ use tollgate::config::{Diagnostic, Document, Extension, RuleSet};
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct TelemetrySettings {
-    /// Where traces go: `http://host:4317` (OTLP over gRPC), or a URL whose path ends in
-    /// `/v1/traces` (OTLP over HTTP/protobuf, `http://` or `https://`) [default:
+    /// Where traces go: `http://host:4317` (OTLP over gRPC; `https://` for TLS), or a URL
+    /// whose path ends in `/v1/traces` (OTLP over HTTP/protobuf, `http://` or `https://`)
+    /// [default:
     /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, then `OTEL_EXPORTER_OTLP_ENDPOINT`; neither:
     /// telemetry off].
     pub otlp_endpoint: Option<String>,
@@ -86,6 +87,9 @@ pub struct Resolved {
     pub export_timeout: Duration,
     /// Where metrics go, and how often (`None`: `OTEL_METRICS_EXPORTER=none`).
     pub metrics: Option<MetricsTarget>,
+    /// What an `https://` collector's certificate must chain to
+    /// (`OTEL_EXPORTER_OTLP_CERTIFICATE`; `None`: the system's roots).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// Where and how often the metrics go over OTLP.
@@ -108,11 +112,9 @@ pub enum TelemetryError {
     /// The endpoint is not an `http://` or `https://` URL.
     #[error("telemetry endpoint \"{0}\" must be an http:// or https:// URL")]
     Endpoint(String),
-    /// OTLP over gRPC is spoken in plain text only.
-    #[error(
-        "telemetry endpoint \"{0}\": OTLP over gRPC to an https:// collector is not supported; use OTLP over HTTP (a URL ending in /v1/traces) for TLS"
-    )]
-    GrpcTls(String),
+    /// The CA file for an `https://` collector cannot be used.
+    #[error("OTEL_EXPORTER_OTLP_CERTIFICATE {0}: {1}")]
+    Certificate(String, String),
     /// The sample ratio is not a number from 0 to 1.
     #[error("telemetry sample ratio {0} must be a number from 0 to 1")]
     Ratio(String),
@@ -125,6 +127,21 @@ pub enum TelemetryError {
 }
 
 impl TelemetrySettings {
+    /// These settings, the gaps filled from `lower`'s (flags and `TOLLGATE_*` over the file).
+    pub fn over(&self, lower: &TelemetrySettings) -> TelemetrySettings {
+        TelemetrySettings {
+            otlp_endpoint: self
+                .otlp_endpoint
+                .clone()
+                .or_else(|| lower.otlp_endpoint.clone()),
+            service_name: self
+                .service_name
+                .clone()
+                .or_else(|| lower.service_name.clone()),
+            sample_ratio: self.sample_ratio.or(lower.sample_ratio),
+        }
+    }
+
     /// The settings, the gaps filled from the environment (`env` looks a variable up): `None`
     /// when no endpoint is given anywhere (telemetry off).
     pub fn resolve(
@@ -160,9 +177,6 @@ impl TelemetrySettings {
         } else {
             Protocol::Grpc
         };
-        if protocol == Protocol::Grpc && uri.scheme_str() == Some("https") {
-            return Err(TelemetryError::GrpcTls(endpoint));
-        }
         let sample_ratio = match self.sample_ratio {
             Some(ratio) => ratio,
             None => ratio_from_env(env("OTEL_TRACES_SAMPLER"), env("OTEL_TRACES_SAMPLER_ARG"))?,
@@ -202,9 +216,6 @@ impl TelemetrySettings {
                         } else {
                             Protocol::Grpc
                         };
-                        if protocol == Protocol::Grpc && uri.scheme_str() == Some("https") {
-                            return Err(TelemetryError::GrpcTls(endpoint));
-                        }
                         (endpoint, protocol)
                     }
                     None => match protocol {
@@ -242,6 +253,7 @@ impl TelemetrySettings {
                 number("OTEL_BSP_EXPORT_TIMEOUT", 10_000)?.max(1),
             ),
             metrics,
+            ca_file: env("OTEL_EXPORTER_OTLP_CERTIFICATE").map(|path| path.trim().into()),
         }))
     }
 }
@@ -371,15 +383,26 @@ impl Exporting {
         use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
         use opentelemetry_sdk::trace::SpanExporter as _;
 
+        let trust = Trust::read(resolved.ca_file.as_deref())?;
         let mut exporter = match resolved.protocol {
-            Protocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_endpoint(resolved.endpoint.clone())
-                .with_timeout(resolved.export_timeout)
-                .build(),
+            Protocol::Grpc => {
+                use opentelemetry_otlp::WithTonicConfig as _;
+                let builder = opentelemetry_otlp::SpanExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(resolved.endpoint.clone())
+                    .with_timeout(resolved.export_timeout);
+                if resolved.endpoint.starts_with("https://") {
+                    builder.with_tls_config(trust.tonic()).build()
+                } else {
+                    builder.build()
+                }
+            }
             Protocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
-                .with_http_client(http_client::Client::new(resolved.export_timeout))
+                .with_http_client(http_client::Client::new(
+                    resolved.export_timeout,
+                    trust.rustls(),
+                ))
                 .with_endpoint(resolved.endpoint.clone())
                 .with_timeout(resolved.export_timeout)
                 .build(),
@@ -412,6 +435,7 @@ impl Exporting {
                 target,
                 &resolved.service_name,
                 resolved.export_timeout,
+                &trust,
             )?;
             let _ = self.metrics.set(push);
         }
@@ -431,6 +455,56 @@ impl Exporting {
         {
             tracing::warn!(%error, "telemetry did not flush on shutdown");
         }
+    }
+}
+
+/// What a collector's certificate must chain to: a CA file's certificates, or the
+/// system's roots.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Trust {
+    /// The CA file's PEM text and its certificates (`None`: the system's roots).
+    ca: Option<(Vec<u8>, rustls::RootCertStore)>,
+}
+
+impl Trust {
+    /// Reads `ca_file` (if given), refusing one that holds no certificate.
+    fn read(ca_file: Option<&std::path::Path>) -> Result<Trust, TelemetryError> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject as _;
+
+        let Some(path) = ca_file else {
+            return Ok(Trust::default());
+        };
+        let refused =
+            |reason: String| TelemetryError::Certificate(path.display().to_string(), reason);
+        let pem = std::fs::read(path).map_err(|error| refused(error.to_string()))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for certificate in CertificateDer::pem_slice_iter(&pem) {
+            let certificate = certificate.map_err(|error| refused(error.to_string()))?;
+            roots
+                .add(certificate)
+                .map_err(|error| refused(error.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(refused("holds no PEM certificate".into()));
+        }
+        Ok(Trust {
+            ca: Some((pem, roots)),
+        })
+    }
+
+    /// For tonic (gRPC).
+    pub(crate) fn tonic(&self) -> tonic::transport::ClientTlsConfig {
+        let config = tonic::transport::ClientTlsConfig::new();
+        match &self.ca {
+            Some((pem, _)) => config.ca_certificate(tonic::transport::Certificate::from_pem(pem)),
+            None => config.with_native_roots(),
+        }
+    }
+
+    /// For rustls (HTTP): `None` for the system's roots.
+    pub(crate) fn rustls(&self) -> Option<rustls::RootCertStore> {
+        self.ca.as_ref().map(|(_, roots)| roots.clone())
     }
 }
 
@@ -598,7 +672,6 @@ mod tests {
         let error =
             |settings: TelemetrySettings| settings.resolve(|_| None).unwrap_err().to_string();
         assert!(error(with("collector:4317", None)).contains("http://"));
-        assert!(error(with("https://collector:4317", None)).contains("gRPC"));
         assert!(error(with("http://collector:4317", Some(1.5))).contains("0 to 1"));
         let sampler = TelemetrySettings::default()
             .resolve(env(&[

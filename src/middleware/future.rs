@@ -395,7 +395,13 @@ where
         loop {
             match state.as_mut().project() {
                 StateProj::Deciding { decision, parked } => {
-                    let result = ready!(Pin::new(decision).poll(cx));
+                    // Polled in the decision's span, which ends (as tracing-opentelemetry
+                    // times it) when last left: at the store's answer.
+                    let poll = match parked.as_ref() {
+                        Some(parked) => parked.span.in_scope(|| Pin::new(decision).poll(cx)),
+                        None => Pin::new(decision).poll(cx),
+                    };
+                    let result = ready!(poll);
                     // Polled again after completing: a contract violation; stay pending.
                     let Some(parked) = parked.take() else {
                         return Poll::Pending;

@@ -179,7 +179,9 @@ where
                 let charge = PendingCharge::boxed(&self.limits, &rules, index, charge);
                 // Stores that answer at once (the in-memory one) are settled here, in place.
                 let mut cx = Context::from_waker(Waker::noop());
-                let Poll::Ready(result) = Pin::new(&mut decision).poll(&mut cx) else {
+                // In the decision's span: a remote store's call (a Redis span) is its child.
+                let first = span.in_scope(|| Pin::new(&mut decision).poll(&mut cx));
+                let Poll::Ready(result) = first else {
                     // A remote store: park the request with the service made ready for it.
                     drop(client);
                     let ready = InPlace(&mut self.inner).take();

@@ -13,7 +13,9 @@
 //! | `ratelimit.store` | where buckets live: `memory`, `redis`, `disk`, or a store of one's own |
 //!
 //! The span lasts from the start of the decision to its answer, so a remote store's round
-//! trip is its length. When no subscriber takes DEBUG spans from `tollgate::decision` the
+//! trip is its length; with Redis, each call of the decision script is a child span of its
+//! own (`redis`, client kind: `db.system.name`, `db.operation.name`, `ratelimit.buckets`,
+//! `error.type` when it failed). When no subscriber takes DEBUG spans from `tollgate::decision` the
 //! span is never built: a callsite check, a few instructions.
 //!
 //! ```
@@ -65,6 +67,13 @@ impl DecisionSpan {
             ratelimit.store = Empty,
         );
         DecisionSpan { span, store }
+    }
+
+    /// Runs `work` inside the span (a store's own spans, such as a Redis call's, become
+    /// its children).
+    #[inline]
+    pub(crate) fn in_scope<R>(&self, work: impl FnOnce() -> R) -> R {
+        self.span.in_scope(work)
     }
 
     /// Records what `rule` decided: `outcome`, and `remaining` after it.

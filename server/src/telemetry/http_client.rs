@@ -21,8 +21,21 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    pub(crate) fn new(timeout: std::time::Duration) -> Client {
-        let tls = crate::tls::client_config(None).map_or_else(
+    /// A client trusting `roots`, or the system's roots when `None`.
+    pub(crate) fn new(
+        timeout: std::time::Duration,
+        roots: Option<rustls::RootCertStore>,
+    ) -> Client {
+        let system = || crate::tls::client_config(None);
+        let tls = match roots {
+            Some(roots) => Ok(std::sync::Arc::new(
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(roots)
+                    .with_no_client_auth(),
+            )),
+            None => system(),
+        }
+        .map_or_else(
             |_| {
                 // No system roots: plain http:// collectors still work, https:// ones
                 // fail their handshake (and say so in the exporter's error).

@@ -54,18 +54,25 @@ impl MetricPush {
         target: &MetricsTarget,
         service_name: &str,
         timeout: Duration,
+        trust: &super::Trust,
     ) -> Result<MetricPush, super::TelemetryError> {
+        let refused = |error: tonic::transport::Error| {
+            super::TelemetryError::Exporter(format!("metrics endpoint: {error}"))
+        };
         let transport = match target.protocol {
             Protocol::Grpc => {
-                let channel = tonic::transport::Endpoint::from_shared(target.endpoint.clone())
-                    .map_err(|error| super::TelemetryError::Exporter(error.to_string()))?
+                let mut endpoint = tonic::transport::Endpoint::from_shared(target.endpoint.clone())
+                    .map_err(refused)?
                     .connect_timeout(timeout)
-                    .timeout(timeout)
-                    .connect_lazy();
+                    .timeout(timeout);
+                if target.endpoint.starts_with("https://") {
+                    endpoint = endpoint.tls_config(trust.tonic()).map_err(refused)?;
+                }
+                let channel = endpoint.connect_lazy();
                 Transport::Grpc(MetricsServiceClient::new(channel))
             }
             Protocol::HttpProtobuf => Transport::Http {
-                client: Box::new(super::http_client::Client::new(timeout)),
+                client: Box::new(super::http_client::Client::new(timeout, trust.rustls())),
                 endpoint: target.endpoint.clone(),
             },
         };

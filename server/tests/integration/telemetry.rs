@@ -568,11 +568,11 @@ async fn grpc_calls_continue_envoys_trace_and_resp_commands_are_server_spans() {
     let config = dir.path().join("gateway.toml");
     std::fs::write(
         &config,
-        format!(
-            "[limits]\n\"edge\" = \"1/min\"\n[telemetry]\notlp_endpoint = \"http://{collector}\"\n"
-        ),
+        "[limits]\n\"edge\" = \"1/min\"\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:9\"\n",
     )
     .unwrap();
+    // TOLLGATE_OTLP_ENDPOINT wins over the file (whose collector is not there).
+    let endpoint = format!("http://{collector}");
     let service = ServiceProcess::start(
         &[
             "--config",
@@ -582,7 +582,11 @@ async fn grpc_calls_continue_envoys_trace_and_resp_commands_are_server_spans() {
             "--resp",
             "127.0.0.1:0",
         ],
-        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+        &[
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("TOLLGATE_OTLP_ENDPOINT", &endpoint),
+            ("TOLLGATE_SERVICE_NAME", "envoy-side"),
+        ],
     );
     let grpc = logged_address(&service, "(gRPC) on ").await;
     let resp = logged_address(&service, "Redis protocol on ").await;
@@ -627,6 +631,15 @@ async fn grpc_calls_continue_envoys_trace_and_resp_commands_are_server_spans() {
         .collect();
     outcomes.sort();
     assert_eq!(outcomes, ["admitted", "refused"]);
+    assert!(
+        received
+            .services
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|name| name == "envoy-side"),
+        "TOLLGATE_SERVICE_NAME names the service"
+    );
 
     // A Redis-protocol command: a server span of its own.
     let mut connection = redis::Client::open(format!("redis://{resp}/"))
@@ -767,4 +780,138 @@ async fn a_collector_that_is_down_costs_requests_nothing_memory_stays_bounded_an
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(!received.spans.lock().unwrap().is_empty());
+}
+
+/// An OTLP/gRPC receiver over TLS on a free port, its certificate from `pki`.
+async fn tls_grpc_receiver(pki: &tollgate_testkit::certs::Pki) -> (SocketAddr, Received) {
+    let pair = pki.server("collector");
+    let identity = tonic::transport::Identity::from_pem(
+        std::fs::read(&pair.cert).unwrap(),
+        std::fs::read(&pair.key).unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let received = Received::default();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .unwrap()
+            .add_service(TraceServiceServer::new(received.clone()))
+            .add_service(MetricsServiceServer::new(received.clone()))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    (address, received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_over_grpc_with_tls_verifies_the_collector_against_otel_exporter_otlp_certificate() {
+    let pki = tollgate_testkit::certs::Pki::new("collector");
+    let (collector, received) = tls_grpc_receiver(&pki).await;
+    let (upstream, _) = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(&config, "[limits]\n\"/\" = \"1000/s\"\n").unwrap();
+    let start = |ca: &std::path::Path| {
+        ServiceProcess::start(
+            &[
+                "--config",
+                config.to_str().unwrap(),
+                "--upstream",
+                &format!("http://{upstream}"),
+            ],
+            &[
+                (
+                    "TOLLGATE_OTLP_ENDPOINT",
+                    &format!("https://localhost:{}", collector.port()),
+                ),
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.to_str().unwrap()),
+                ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+            ],
+        )
+    };
+    let service = start(&pki.ca);
+    let traceparent = format!("00-{TRACE}-{PARENT}-01");
+    let reply = get(service.proxy, "/tls/x", &[("traceparent", &traceparent)]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    // The request's server span, the decision and the upstream call, all in the client's
+    // trace; and the metrics beside them.
+    received.trace(&trace_bytes(TRACE), 3).await;
+    received
+        .metric("tollgate_telemetry_spans_total", |_| true)
+        .await;
+    drop(service);
+
+    // A collector whose certificate does not chain to the CA named: nothing is sent, and
+    // the spans are counted as failed.
+    let foreign = tollgate_testkit::certs::Pki::new("foreign");
+    let before = received.spans.lock().unwrap().len();
+    let service = start(&foreign.ca);
+    let reply = get(service.proxy, "/tls/y", &[("traceparent", &traceparent)]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while spans_counted(service.admin, "failed").await == 0 {
+        assert!(Instant::now() < deadline, "the refused export is counted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(received.spans.lock().unwrap().len(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_against_redis_has_the_redis_call_as_its_child_span() {
+    let Some(redis) = tollgate_testkit::redis::RedisServer::start("telemetry_redis") else {
+        return;
+    };
+    let (collector, received) = grpc_receiver().await;
+    let (upstream, _) = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[store]\nbackend = \"redis\"\nurl = \"{}\"\n[limits]\napi = \"100/min\"\n[telemetry]\notlp_endpoint = \"http://{collector}\"\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let service = ServiceProcess::start(
+        &[
+            "--config",
+            &config.display().to_string(),
+            "--upstream",
+            &format!("http://{upstream}"),
+        ],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    );
+    let traceparent = format!("00-{TRACE}-{PARENT}-01");
+    let reply = get(service.proxy, "/api/r", &[("traceparent", &traceparent)]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let spans = received.trace(&trace_bytes(TRACE), 4).await;
+    let decision = spans
+        .iter()
+        .find(|span| span.name == "tollgate.decision")
+        .unwrap_or_else(|| panic!("{spans:#?}"));
+    assert_eq!(
+        attribute(decision, "ratelimit.store").as_deref(),
+        Some("redis")
+    );
+    let call = spans
+        .iter()
+        .find(|span| attribute(span, "db.system.name").as_deref() == Some("redis"))
+        .unwrap_or_else(|| panic!("no Redis span: {spans:#?}"));
+    assert_eq!(call.kind, SpanKind::Client as i32);
+    assert_eq!(
+        call.parent_span_id, decision.span_id,
+        "the decision's child"
+    );
+    assert_eq!(call.name, "EVALSHA");
+    assert!(call.start_time_unix_nano >= decision.start_time_unix_nano);
+    assert!(
+        call.end_time_unix_nano <= decision.end_time_unix_nano,
+        "call {}..{} decision {}..{}",
+        call.start_time_unix_nano,
+        call.end_time_unix_nano,
+        decision.start_time_unix_nano,
+        decision.end_time_unix_nano
+    );
 }

@@ -21,6 +21,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
+use tracing::Instrument as _;
 
 use super::scripts::{decision_from, many_args, script_args};
 use super::{OwnedRequest, RedisStore};
@@ -77,8 +78,12 @@ impl RedisStore {
                     })
                     .collect(),
             );
+            let span = super::redis_span(keys.len());
             let decided = inner.pool.decide_many(&settings, &keys, &args);
-            let replies = match tokio::time::timeout(settings.timeout, decided).await {
+            let answer = tokio::time::timeout(settings.timeout, decided)
+                .instrument(span.clone())
+                .await;
+            let replies = match answer {
                 Ok(Ok(replies)) if replies.len() == owned.len() => Ok(replies),
                 Ok(Ok(replies)) => Err(format!(
                     "the decision script answered {} buckets of {}",
@@ -88,6 +93,9 @@ impl RedisStore {
                 Ok(Err(error)) => Err(error.to_string()),
                 Err(_) => Err(format!("no answer within {:?}", settings.timeout)),
             };
+            if let Err(error) = &replies {
+                span.record("error.type", error.as_str());
+            }
             let read = replies.and_then(|replies| {
                 owned
                     .iter()
