@@ -282,6 +282,7 @@ fn check(settings: &Settings) -> ExitCode {
     let loaded = Limits::builder()
         .extension(GatewayTable::new(settings.clone()))
         .extension(TelemetryTable)
+        .extension(crate::grpc::RlqsTable)
         .load(&sources);
     match loaded {
         Ok(limits) => {
@@ -305,6 +306,7 @@ fn print_config(settings: &Settings, matches: &clap::ArgMatches) -> ExitCode {
     let loaded = Limits::builder()
         .extension(GatewayTable::new(settings.clone()))
         .extension(TelemetryTable)
+        .extension(crate::grpc::RlqsTable)
         .load(&sources);
     let limits = match loaded {
         Ok(limits) => limits,
@@ -452,6 +454,12 @@ async fn serve(
         say(
             &logging,
             &format!("tollgate: Envoy rate limit service (gRPC) on {grpc}"),
+        );
+    }
+    if let Some(rlqs) = gateway.rlqs_addr() {
+        say(
+            &logging,
+            &format!("tollgate: Envoy rate limit quota service (RLQS, gRPC) on {rlqs}"),
         );
     }
     gateway.run_until(shutdown_signal()).await;

@@ -81,6 +81,7 @@ pub struct Gateway {
     admin: SocketAddr,
     resp: Option<SocketAddr>,
     grpc: Option<SocketAddr>,
+    rlqs: Option<SocketAddr>,
     upstream: Uri,
     demo: bool,
     limits: Limits<BackendStore>,
@@ -113,6 +114,11 @@ impl Gateway {
     /// The bound address of Envoy's rate limit service (gRPC), if it was asked for.
     pub fn grpc_addr(&self) -> Option<SocketAddr> {
         self.grpc
+    }
+
+    /// The bound address of Envoy's rate limit quota service (RLQS), if it was asked for.
+    pub fn rlqs_addr(&self) -> Option<SocketAddr> {
+        self.rlqs
     }
 
     /// The upstream requests go to.

@@ -5,7 +5,7 @@
 use crate::Settings;
 
 /// The JSON Schema of a config file the service reads (draft-07, what editors read):
-/// tollgate's tables, `[gateway]` and `[telemetry]`.
+/// tollgate's tables, `[gateway]`, `[telemetry]` and `[rlqs]`.
 ///
 /// ```
 /// let schema = tollgate_server::json_schema();
@@ -13,6 +13,7 @@ use crate::Settings;
 /// assert!(schema["properties"]["limits"].is_object());
 /// assert_eq!(schema["properties"]["gateway"]["additionalProperties"], false);
 /// assert_eq!(schema["properties"]["telemetry"]["additionalProperties"], false);
+/// assert_eq!(schema["properties"]["rlqs"]["additionalProperties"], false);
 /// ```
 pub fn json_schema() -> serde_json::Value {
     let mut schema = tollgate::config::json_schema();
@@ -51,9 +52,22 @@ pub fn json_schema() -> serde_json::Value {
                 .into(),
         );
     }
+    let generator = schemars::generate::SchemaSettings::draft07().into_generator();
+    let mut rlqs = generator
+        .into_root_schema_for::<crate::grpc::RlqsTableSettings>()
+        .to_value();
+    if let Some(table) = rlqs.as_object_mut() {
+        table.remove("$schema");
+        table.insert(
+            "description".into(),
+            "Envoy's rate limit quota service (--rlqs): how bucket ids make keys, how long assignments live."
+                .into(),
+        );
+    }
     if let Some(properties) = schema["properties"].as_object_mut() {
         properties.insert("gateway".into(), gateway);
         properties.insert("telemetry".into(), telemetry);
+        properties.insert("rlqs".into(), rlqs);
     }
     schema
 }

@@ -162,6 +162,13 @@ pub struct Settings {
     #[serde(default, deserialize_with = "address")]
     #[schemars(with = "Option<String>")]
     pub grpc: Option<SocketAddr>,
+    /// Also serve Envoy's rate limit quota service (RLQS, gRPC,
+    /// envoy.service.rate_limit_quota.v3) on ADDR, TLS as the gRPC listener's
+    /// [default: off; without ADDR: 127.0.0.1:18081].
+    #[arg(long, value_name = "ADDR", env = "TOLLGATE_RLQS", num_args = 0..=1, default_missing_value = "127.0.0.1:18081")]
+    #[serde(default, deserialize_with = "address")]
+    #[schemars(with = "Option<String>")]
+    pub rlqs: Option<SocketAddr>,
     /// Suggest rate-limit headers for Envoy to add to its responses
     /// (response_headers_to_add) [default: false].
     #[arg(long, value_name = "BOOL", env = "TOLLGATE_GRPC_RESPONSE_HEADERS", num_args = 0..=1, default_missing_value = "true")]
@@ -236,6 +243,7 @@ impl Settings {
             resp: or(&self.resp, &lower.resp),
             resp_password_env: or(&self.resp_password_env, &lower.resp_password_env),
             grpc: or(&self.grpc, &lower.grpc),
+            rlqs: or(&self.rlqs, &lower.rlqs),
             grpc_response_headers: or(&self.grpc_response_headers, &lower.grpc_response_headers),
             upstream_timeout: or(&self.upstream_timeout, &lower.upstream_timeout),
             shutdown_grace: or(&self.shutdown_grace, &lower.shutdown_grace),
@@ -358,6 +366,7 @@ impl Settings {
                 self.resp_password_env.is_some(),
             ),
             ("grpc", optional_address(&self.grpc), self.grpc.is_some()),
+            ("rlqs", optional_address(&self.rlqs), self.rlqs.is_some()),
             (
                 "grpc_response_headers",
                 self.grpc_response_headers().to_string(),

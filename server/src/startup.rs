@@ -82,6 +82,7 @@ impl Gateway {
                 .store(BackendStore::new())
                 .extension(table)
                 .extension(super::telemetry::TelemetryTable)
+                .extension(grpc::RlqsTable)
                 .watch(&config)
         })
         .await
@@ -142,6 +143,15 @@ impl Gateway {
             None => None,
         };
         let grpc_addr = grpc.as_ref().map(|((_, address), _)| *address);
+        let rlqs = match resolved.rlqs {
+            Some(address) => {
+                let mut options = grpc::RlqsOptions::default();
+                options.tls = grpc_tls.clone();
+                Some((bind(address).await?, options))
+            }
+            None => None,
+        };
+        let rlqs_addr = rlqs.as_ref().map(|((_, address), _)| *address);
 
         let http_tls = acceptor(
             "proxy and admin",
@@ -224,15 +234,25 @@ impl Gateway {
                 }
             }));
         }
+        if let Some(((listener, _), options)) = rlqs {
+            let limits = limits.clone();
+            let shutdown = shutdown();
+            servers.push(tokio::spawn(async move {
+                if let Err(error) = grpc::serve_rlqs(limits, listener, options, shutdown).await {
+                    tracing::error!(listener = "rlqs", %error, "the RLQS front end stopped");
+                }
+            }));
+        }
         for tls in [&http_tls, &resp_tls, &grpc_tls].into_iter().flatten() {
             servers.push(tokio::spawn(Arc::clone(tls).watch(shutdown())));
         }
-        tracing::info!(%listen, %admin, resp = ?resp_addr, grpc = ?grpc_addr, %upstream, demo, "gateway started");
+        tracing::info!(%listen, %admin, resp = ?resp_addr, grpc = ?grpc_addr, rlqs = ?rlqs_addr, %upstream, demo, "gateway started");
         Ok(Gateway {
             listen,
             admin,
             resp: resp_addr,
             grpc: grpc_addr,
+            rlqs: rlqs_addr,
             upstream,
             demo,
             limits,

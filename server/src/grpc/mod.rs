@@ -21,6 +21,7 @@
 mod descriptor;
 mod options;
 pub mod proto;
+mod rlqs;
 mod service;
 mod status;
 mod tls;
@@ -33,6 +34,9 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
 pub use options::GrpcOptions;
+pub use rlqs::{
+    RLQS_SERVICE_NAME, RlqsFile, RlqsOptions, RlqsTable, RlqsTableSettings, serve_rlqs,
+};
 
 use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tollgate::Limits;

@@ -6,7 +6,10 @@
 
 use std::path::Path;
 
-const PROTOS: [&str; 1] = ["envoy/service/ratelimit/v3/rls.proto"];
+const PROTOS: [&str; 2] = [
+    "envoy/service/ratelimit/v3/rls.proto",
+    "envoy/service/rate_limit_quota/v3/rlqs.proto",
+];
 
 #[test]
 fn the_checked_in_grpc_code_is_what_the_protos_generate() {

@@ -33,6 +33,7 @@ mod probes;
 mod redis_acl;
 mod remote_config;
 mod resp;
+mod rlqs;
 mod shaping;
 mod sigterm;
 mod support;

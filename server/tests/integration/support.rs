@@ -143,3 +143,24 @@ pub fn blocking_get(address: std::net::SocketAddr, path: &str) -> (u16, String) 
         .map_or(String::new(), |(_, body)| body.to_owned());
     (status, body)
 }
+
+/// The address the service's log names after `marker`, once it has (within 10 s).
+pub async fn logged_address(service: &ServiceProcess, marker: &str) -> std::net::SocketAddr {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let log = service.log();
+        let found = log
+            .split(marker)
+            .nth(1)
+            .and_then(|rest| rest.split([' ', '\n']).next())
+            .and_then(|address| address.parse().ok());
+        if let Some(address) = found {
+            return address;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {marker:?} in:\n{log}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -25,7 +25,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use tokio::net::TcpListener;
 
-use crate::support::{ServiceProcess, get};
+use crate::support::{ServiceProcess, get, logged_address};
 
 /// What a receiver was sent: spans, the service names their resources carried, and
 /// metrics (each export's, the latest last).
@@ -538,24 +538,6 @@ async fn metrics_go_over_otlp_and_decision_latency_carries_exemplars_leading_to_
     // Without asking, the Prometheus text as before.
     let plain = get(service.admin, "/metrics", &[]).await;
     assert!(!plain.body.contains("# EOF") && !plain.body.contains("trace_id"));
-}
-
-/// The address the service's log names after `marker`, once it has (within 10 s).
-async fn logged_address(service: &ServiceProcess, marker: &str) -> SocketAddr {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let log = service.log();
-        let found = log
-            .split(marker)
-            .nth(1)
-            .and_then(|rest| rest.split([' ', '\n']).next())
-            .and_then(|address| address.parse().ok());
-        if let Some(address) = found {
-            return address;
-        }
-        assert!(Instant::now() < deadline, "no {marker:?} in:\n{log}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
