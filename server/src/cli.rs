@@ -282,7 +282,7 @@ fn check(settings: &Settings) -> ExitCode {
     let loaded = Limits::builder()
         .extension(GatewayTable::new(settings.clone()))
         .extension(TelemetryTable)
-        .extension(crate::grpc::RlqsTable)
+        .extension(crate::rlqs_table::RlqsTable)
         .load(&sources);
     match loaded {
         Ok(limits) => {
@@ -306,7 +306,7 @@ fn print_config(settings: &Settings, matches: &clap::ArgMatches) -> ExitCode {
     let loaded = Limits::builder()
         .extension(GatewayTable::new(settings.clone()))
         .extension(TelemetryTable)
-        .extension(crate::grpc::RlqsTable)
+        .extension(crate::rlqs_table::RlqsTable)
         .load(&sources);
     let limits = match loaded {
         Ok(limits) => limits,

@@ -40,6 +40,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod readiness;
 pub mod resp;
+pub mod rlqs_table;
 mod rule_table;
 mod schema;
 mod server;

@@ -341,6 +341,30 @@ pub const CATALOGUE: &[Metric] = &[
         "Exports of these metrics to the OTLP collector, by outcome: exported, failed (refused, or no answer within the export timeout; the next interval sends the cumulative figures again).",
     ),
     metric(
+        "tollgate_rlqs_streams",
+        Kind::Gauge,
+        &[],
+        "Envoy streams open on the rate limit quota service (RLQS), one per Envoy and domain.",
+    ),
+    metric(
+        "tollgate_rlqs_buckets",
+        Kind::Gauge,
+        &[],
+        "RLQS buckets whose budget is being divided among Envoys.",
+    ),
+    metric(
+        "tollgate_rlqs_reports_total",
+        Kind::Counter,
+        &[],
+        "RLQS usage reports received.",
+    ),
+    metric(
+        "tollgate_rlqs_assignments_total",
+        Kind::Counter,
+        &["action"],
+        "RLQS bucket actions sent, by action: token_bucket (a share of the rule's rate and burst, or its renewal), allow_all (an unlimited rule or none), abandon (the bucket's rule was removed).",
+    ),
+    metric(
         "tollgate_tls_handshake_failures_total",
         Kind::Counter,
         &["listener"],

@@ -54,7 +54,7 @@ pub fn json_schema() -> serde_json::Value {
     }
     let generator = schemars::generate::SchemaSettings::draft07().into_generator();
     let mut rlqs = generator
-        .into_root_schema_for::<crate::grpc::RlqsTableSettings>()
+        .into_root_schema_for::<crate::rlqs_table::RlqsTableSettings>()
         .to_value();
     if let Some(table) = rlqs.as_object_mut() {
         table.remove("$schema");

@@ -74,6 +74,7 @@ impl Gateway {
         // Before any rule is compiled: rules keep handles to their counters.
         let metrics = metrics::install();
         super::telemetry::register_metrics();
+        grpc::register_rlqs_metrics();
         // Loading may fetch remote documents, which blocks: not on a runtime worker.
         let config = settings.config_sources();
         let table = GatewayTable::new(settings.clone());
@@ -82,7 +83,7 @@ impl Gateway {
                 .store(BackendStore::new())
                 .extension(table)
                 .extension(super::telemetry::TelemetryTable)
-                .extension(grpc::RlqsTable)
+                .extension(super::rlqs_table::RlqsTable)
                 .watch(&config)
         })
         .await
@@ -145,8 +146,9 @@ impl Gateway {
         let grpc_addr = grpc.as_ref().map(|((_, address), _)| *address);
         let rlqs = match resolved.rlqs {
             Some(address) => {
-                let mut options = grpc::RlqsOptions::default();
-                options.tls = grpc_tls.clone();
+                let options = grpc::RlqsOptions {
+                    tls: grpc_tls.clone(),
+                };
                 Some((bind(address).await?, options))
             }
             None => None,

@@ -34,9 +34,7 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
 pub use options::GrpcOptions;
-pub use rlqs::{
-    RLQS_SERVICE_NAME, RlqsFile, RlqsOptions, RlqsTable, RlqsTableSettings, serve_rlqs,
-};
+pub use rlqs::{RLQS_SERVICE_NAME, RlqsOptions, register_rlqs_metrics, serve_rlqs};
 
 use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tollgate::Limits;

@@ -100,7 +100,7 @@ impl Envoy {
                                         _ => None,
                                     };
                                     // A changed bucket starts full, as Envoy's does.
-                                    if bucket != enforced.bucket {
+                                    if bucket != enforced.bucket || enforced.assignments == 0 {
                                         let full = bucket.map_or(0.0, |(_, max)| max);
                                         enforced.tokens = full;
                                         enforced.refilled += full;
@@ -140,10 +140,17 @@ impl Envoy {
     /// no assignment yet: Envoy's no-assignment behaviour here is to allow).
     fn offer(&mut self, requests: u64, elapsed: Duration) {
         let mut enforced = self.enforced.lock().unwrap();
-        if let Some((per_second, max)) = enforced.bucket {
+        // Requests arrive evenly over the interval: the bucket refills between them.
+        let step = elapsed.as_secs_f64() / requests.max(1) as f64;
+        if requests == 0
+            && let Some((per_second, max)) = enforced.bucket
+        {
             enforced.tokens = (enforced.tokens + per_second * elapsed.as_secs_f64()).min(max);
         }
         for _ in 0..requests {
+            if let Some((per_second, max)) = enforced.bucket {
+                enforced.tokens = (enforced.tokens + per_second * step).min(max);
+            }
             let admit = match enforced.bucket {
                 // Allow-all, or no assignment yet (the filter's default is to allow).
                 None => {
@@ -159,10 +166,10 @@ impl Envoy {
                 Some(_) => false,
             };
             if admit {
-                self.allowed += 1;
+                self.allowed = self.allowed.saturating_add(1);
                 self.admitted_total += 1;
             } else {
-                self.denied += 1;
+                self.denied = self.denied.saturating_add(1);
             }
         }
     }
@@ -311,4 +318,270 @@ async fn one_budget_divided_by_demand_stays_within_the_bound_and_follows_a_shift
         .map(|(rate, _)| rate)
         .sum();
     assert!(sum <= 100.0 + 1e-6, "{sum}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_envoys_share_evenly_and_a_departed_envoys_share_returns_after_its_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_service, address) = service(&dir, RULES).await;
+    let id = bucket(&[("name", "api")]);
+    let mut envoys = Vec::new();
+    for _ in 0..8 {
+        envoys.push(Envoy::connect(address, id.clone()).await);
+    }
+    let outcome = run(&mut envoys, &[200; 8], 12, 100.0).await;
+    let total: u64 = outcome.admitted.iter().sum();
+    assert!(total as f64 <= outcome.bound, "{outcome:?}");
+    let shares: Vec<f64> = envoys
+        .iter()
+        .filter_map(Envoy::share)
+        .map(|(rate, _)| rate)
+        .collect();
+    assert_eq!(shares.len(), 8, "every Envoy has a share");
+    // Even, give or take the twentieth of the rate a share must move before it is re-sent.
+    assert!(
+        shares.iter().all(|share| (8.0..=15.0).contains(share)),
+        "even: {shares:?}"
+    );
+    assert!(shares.iter().sum::<f64>() <= 100.0 + 1e-6, "{shares:?}");
+
+    // Seven leave abruptly (their streams drop); the last gets the budget once their
+    // assignments (2 s) have run out — not before.
+    let mut last = envoys.pop().unwrap();
+    let departed: f64 = envoys
+        .iter()
+        .filter_map(Envoy::share)
+        .map(|(rate, _)| rate)
+        .sum();
+    drop(envoys);
+    let mut alone = vec![last];
+    run(&mut alone, &[200], 4, 100.0).await;
+    let soon = alone[0].share().unwrap().0;
+    assert!(
+        soon <= 100.0 - departed + 1e-6,
+        "the departed shares ({departed}) still count until they expire: {soon}"
+    );
+    run(&mut alone, &[200], 12, 100.0).await;
+    last = alone.pop().unwrap();
+    let later = last.share().unwrap().0;
+    assert!(later >= 90.0, "the whole rate returns: {later}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlimited_rules_allow_all_and_a_rule_removed_by_a_reload_is_abandoned() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = "[limits]\napi = \"100/s\"\nhealth = { unlimited = true }\n[rlqs]\nassignment_ttl = \"2s\"\n";
+    let (_service, address) = service(&dir, rules).await;
+    let mut limited = vec![Envoy::connect(address, bucket(&[("name", "api")])).await];
+    let mut free = vec![Envoy::connect(address, bucket(&[("name", "health")])).await];
+    run(&mut limited, &[10], 4, 100.0).await;
+    run(&mut free, &[10], 2, 100.0).await;
+    assert!(
+        limited[0].share().is_some(),
+        "a token bucket for a limited rule"
+    );
+    {
+        let enforced = free[0].enforced.lock().unwrap();
+        assert!(
+            enforced.bucket.is_none() && enforced.assignments >= 1,
+            "allow-all: {enforced:?}"
+        );
+    }
+    // The api rule goes; within a reload and a tick the Envoy is told to abandon it.
+    std::fs::write(
+        dir.path().join("gateway.toml"),
+        "[limits]\nweb = \"100/s\"\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !limited[0].enforced.lock().unwrap().abandoned {
+        assert!(
+            Instant::now() < deadline,
+            "no abandon_action after the rule was removed"
+        );
+        run(&mut limited, &[10], 1, 100.0).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_reports_are_refused_with_a_status_and_huge_counts_change_nothing_bad() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, address) = service(&dir, RULES).await;
+    // Each of these ends its stream with INVALID_ARGUMENT, naming what was wrong.
+    for (id, wrong) in [
+        (BucketId::default(), "no entries"),
+        (bucket(&[("env", "prod")]), "no \"name\" entry"),
+        (bucket(&[("name", "")]), "empty"),
+    ] {
+        let envoy = Envoy::connect(address, id).await;
+        let status = ended(&envoy).await;
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(wrong), "{status:?}");
+    }
+    // A first report without a domain.
+    let mut envoy = Envoy::connect(address, bucket(&[("name", "api")])).await;
+    envoy.report(false).await;
+    // (The first report named one; a stream whose first report did not:)
+    let (reports, outgoing) = mpsc::channel(4);
+    let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = RateLimitQuotaServiceClient::new(channel);
+    let mut answers = client
+        .stream_rate_limit_quotas(ReceiverStream::new(outgoing))
+        .await
+        .unwrap()
+        .into_inner();
+    reports
+        .send(RateLimitQuotaUsageReports {
+            domain: String::new(),
+            bucket_quota_usages: Vec::new(),
+        })
+        .await
+        .unwrap();
+    let status = answers.message().await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+
+    // A flood of buckets on one stream: refused past the bound, the service unharmed.
+    let (reports, outgoing) = mpsc::channel(4);
+    let mut answers = client
+        .stream_rate_limit_quotas(ReceiverStream::new(outgoing))
+        .await
+        .unwrap()
+        .into_inner();
+    let flood = (0..10_001)
+        .map(|n| BucketQuotaUsage {
+            bucket_id: Some(bucket(&[("name", &format!("flood{n}"))])),
+            time_elapsed: Some(prost_types::Duration::try_from(Duration::from_secs(1)).unwrap()),
+            num_requests_allowed: 1,
+            num_requests_denied: 0,
+        })
+        .collect();
+    reports
+        .send(RateLimitQuotaUsageReports {
+            domain: "envoy".into(),
+            bucket_quota_usages: flood,
+        })
+        .await
+        .unwrap();
+    let status = loop {
+        match answers.message().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the flood was not refused"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+
+    // Counts at the top of u64: demand is huge, the shares stay within the rate.
+    let mut envoys = vec![
+        envoy,
+        Envoy::connect(address, bucket(&[("name", "api")])).await,
+    ];
+    envoys[0].allowed = u64::MAX;
+    envoys[0].denied = u64::MAX;
+    run(&mut envoys, &[10, 10], 4, 100.0).await;
+    let sum: f64 = envoys
+        .iter()
+        .filter_map(Envoy::share)
+        .map(|(rate, _)| rate)
+        .sum();
+    assert!(sum > 0.0 && sum <= 100.0 + 1e-6, "{sum}");
+    // Still serving.
+    assert_eq!(
+        crate::support::get(service.admin, "/livez", &[])
+            .await
+            .status,
+        200
+    );
+}
+
+/// How `envoy`'s stream ended (within 5 s).
+async fn ended(envoy: &Envoy) -> tonic::Status {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(status) = envoy.ended.lock().unwrap().clone() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the stream was not ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// RELIABILITY.md's RLQS table: admitted ÷ allowed for 2, 4 and 8 Envoys under even and
+/// skewed demand, and with an Envoy leaving abruptly halfway; each run asserts the bound.
+/// `RLQS_MEASURE=1 cargo test -p tollgate-server --test integration rlqs_measure -- --nocapture`
+/// (about a minute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_measure() {
+    if std::env::var("RLQS_MEASURE").is_err() {
+        eprintln!("rlqs_measure: set RLQS_MEASURE=1 to measure (about a minute)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_service, address) = service(&dir, RULES).await;
+    eprintln!("| Envoys | demand | offered ÷ allowed | admitted ÷ allowed | bound ÷ allowed |");
+    eprintln!("|---|---|---|---|---|");
+    let mut name = 0;
+    for (count, skewed, leave) in [
+        (2, false, false),
+        (2, true, false),
+        (4, false, false),
+        (4, true, false),
+        (8, false, false),
+        (8, true, false),
+        (4, false, true),
+    ] {
+        name += 1;
+        let id = bucket(&[("name", "api"), ("run", &name.to_string())]);
+        // Each run its own bucket: `[rlqs] key` is empty, so every run's key is "api";
+        // a fresh bucket needs the old Envoys' shares to have expired.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let mut envoys = Vec::new();
+        for _ in 0..count {
+            envoys.push(Envoy::connect(address, id.clone()).await);
+        }
+        // Together they offer twice the rate: evenly, or one Envoy 90 % of it.
+        let load: Vec<u64> = (0..count)
+            .map(|i| match (skewed, i) {
+                (false, _) => 200 / count as u64,
+                (true, 0) => 180,
+                (true, _) => 20 / (count as u64 - 1),
+            })
+            .collect();
+        let started = Instant::now();
+        let (mut admitted, mut bound) = (0u64, 0.0);
+        let halves = if leave { [16, 16] } else { [32, 0] };
+        for (half, rounds) in halves.into_iter().enumerate() {
+            if rounds == 0 {
+                continue;
+            }
+            if half == 1 {
+                // One Envoy's stream drops; the others carry its demand.
+                envoys.pop();
+            }
+            let offered = &load[..envoys.len()];
+            let outcome = run(&mut envoys, offered, rounds, 100.0).await;
+            admitted += outcome.admitted.iter().sum::<u64>();
+            bound += outcome.bound;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let allowed = 100.0 * seconds + 20.0;
+        assert!(admitted as f64 <= bound, "{admitted} > {bound}");
+        eprintln!(
+            "| {count} | {}{} | {:.2} | {:.2} | {:.2} |",
+            if skewed {
+                "skewed (90 % on one)"
+            } else {
+                "even"
+            },
+            if leave { ", one leaves halfway" } else { "" },
+            200.0 * seconds / allowed,
+            admitted as f64 / allowed,
+            bound / allowed,
+        );
+        drop(envoys);
+    }
 }

@@ -5,8 +5,9 @@
 //!
 //! Each Envoy gets a floor (a tenth of the rate, split evenly) so a new one is not starved,
 //! and the rest by demand — requests allowed plus denied per second, smoothed over its
-//! reports. A share that moves less than a fifth is not re-sent: Envoy starts a changed
-//! token bucket full, so every change is a burst given again.
+//! reports. A share that moves by less than a twentieth of the rule's rate (and burst) is
+//! not re-sent: Envoy starts a changed token bucket full, so every change is a burst given
+//! again.
 //!
 //! What counts towards the bound is what *may* be in force, not what was last sent: a share
 //! made smaller stays counted until the Envoy has reported twice since (it answers a new
@@ -69,11 +70,12 @@ impl Share {
         }
     }
 
-    /// Whether `other` differs from this by more than `fraction` in rate or burst.
-    fn moved(&self, other: &Share, fraction: f64) -> bool {
-        let apart = |a: f64, b: f64| (a - b).abs() > fraction * a.max(b).max(1e-9);
-        apart(self.per_second(), other.per_second())
-            || apart(f64::from(self.max_tokens), f64::from(other.max_tokens))
+    /// Whether `other` differs from this by more than `fraction` of the rule's rate
+    /// (`per_second`) or burst (at least one token).
+    fn moved(&self, other: &Share, fraction: f64, per_second: f64, burst: u32) -> bool {
+        (self.per_second() - other.per_second()).abs() > fraction * per_second
+            || f64::from(self.max_tokens.abs_diff(other.max_tokens))
+                > (fraction * f64::from(burst)).max(1.0)
     }
 }
 
@@ -95,7 +97,7 @@ pub(crate) struct Tuning {
     pub(crate) ttl: Duration,
     /// The share of the rate split evenly, so a new or quiet Envoy is not starved.
     pub(crate) floor: f64,
-    /// How much a share must move to be re-sent.
+    /// How much a share must move to be re-sent, as a part of the rule's rate (or burst).
     pub(crate) hysteresis: f64,
 }
 
@@ -104,7 +106,7 @@ impl Default for Tuning {
         Tuning {
             ttl: Duration::from_secs(15),
             floor: 0.1,
-            hysteresis: 0.2,
+            hysteresis: 0.05,
         }
     }
 }
@@ -308,23 +310,36 @@ impl Bucket {
             })
             .collect();
         let mut actions = Vec::new();
-        // Over the allowance (a reload lowered it, an Envoy joined): every share above its
-        // target shrinks, however little; otherwise only those that moved noticeably.
-        let (sent_rate, sent_tokens) = self.holders.values().fold((0.0, 0u32), |sum, holder| {
-            holder.sent.map_or(sum, |(share, _)| {
+        // Over the allowance — a reload lowered it, or an Envoy without a share (or far
+        // below its target) finds no room — every share above its target shrinks, however
+        // little; otherwise only those that moved noticeably (every change refills a
+        // bucket, so a share is not nudged for rounding).
+        let live = |holder: &Holder| holder.sent.filter(|(_, at)| now < *at + ttl);
+        let (sent_rate, sent_tokens) = connected
+            .iter()
+            .filter_map(|envoy| live(&self.holders[envoy]))
+            .fold((0.0, 0u32), |sum, (share, _)| {
                 (
                     sum.0 + share.per_second(),
                     sum.1.saturating_add(share.max_tokens),
                 )
+            });
+        let (committed_now, _) = self.committed(now, ttl);
+        let wanting: f64 = targets
+            .iter()
+            .map(|(envoy, target)| match live(&self.holders[envoy]) {
+                None => target.per_second(),
+                Some((sent, _))
+                    if target.per_second() - sent.per_second() > tuning.hysteresis * rate_limit =>
+                {
+                    target.per_second() - sent.per_second()
+                }
+                Some(_) => 0.0,
             })
-        });
-        let (target_rate, target_tokens) = targets.iter().fold((0.0, 0u32), |sum, (_, share)| {
-            (
-                sum.0 + share.per_second(),
-                sum.1.saturating_add(share.max_tokens),
-            )
-        });
-        let over = sent_rate > target_rate + 1e-9 || sent_tokens > target_tokens;
+            .sum();
+        let over = sent_rate > per_second + 1e-9
+            || sent_tokens > burst.saturating_add(targets.len() as u32)
+            || wanting > (rate_limit - committed_now).max(0.0) + 1e-9;
         // Shrinking first: the old share stays counted until acknowledged.
         for (envoy, target) in &targets {
             let Some(holder) = self.holders.get_mut(envoy) else {
@@ -336,7 +351,7 @@ impl Bucket {
             };
             let smaller =
                 target.per_second() < sent.per_second() || target.max_tokens < sent.max_tokens;
-            if smaller && (over || sent.moved(target, tuning.hysteresis)) {
+            if smaller && (over || sent.moved(target, tuning.hysteresis, rate_limit, burst_limit)) {
                 // Grow no part while shrinking another: take the smaller of each.
                 let shrunk = Share::at_most(
                     target.per_second().min(sent.per_second()),
@@ -364,7 +379,7 @@ impl Bucket {
                 Some(_) if !fresh && !acknowledged => false,
                 Some((sent, _)) if !fresh => {
                     (target.per_second() > sent.per_second() || target.max_tokens > sent.max_tokens)
-                        && sent.moved(target, tuning.hysteresis)
+                        && sent.moved(target, tuning.hysteresis, rate_limit, burst_limit)
                 }
                 _ => true,
             };
@@ -444,7 +459,7 @@ mod tests {
     const TUNING: Tuning = Tuning {
         ttl: Duration::from_secs(15),
         floor: 0.1,
-        hysteresis: 0.2,
+        hysteresis: 0.05,
     };
 
     fn secs(s: u64) -> Duration {
@@ -502,6 +517,34 @@ mod tests {
         assert!(envoys[&2].per_second() >= 4.0, "the floor: {envoys:?}");
         let (rate, _) = bucket.committed(now, TUNING.ttl);
         assert!(rate <= 100.0 + 1e-9);
+    }
+
+    #[test]
+    fn a_newcomer_finds_room_when_the_rate_is_all_given_out() {
+        let mut bucket = Bucket::new(Allowance::Rate {
+            per_second: 100.0,
+            burst: 100,
+        });
+        let mut now = secs(0);
+        for envoy in 0..8 {
+            bucket.report(envoy, 500, secs(5), now);
+        }
+        bucket.divide(now, &TUNING);
+        // A ninth joins, as busy: the others' shares are nudged down to make it room.
+        for _ in 0..4 {
+            now += secs(5);
+            for envoy in 0..9 {
+                bucket.report(envoy, 500, secs(5), now);
+            }
+            bucket.divide(now, &TUNING);
+        }
+        let newcomer = bucket
+            .envoys()
+            .find(|(envoy, _, _)| *envoy == 8)
+            .and_then(|(_, _, share)| share)
+            .expect("the ninth has a share");
+        assert!(newcomer.per_second() >= 9.0, "{newcomer:?}");
+        assert!(bucket.committed(now, TUNING.ttl).0 <= 100.0 + 1e-9);
     }
 
     #[test]

@@ -12,7 +12,6 @@
 mod bucket_key;
 pub(crate) mod division;
 mod service;
-mod table;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,14 +20,23 @@ use tokio::net::TcpListener;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
-pub use table::{RlqsFile, RlqsTable, RlqsTableSettings};
-
 use super::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use tollgate::Limits;
 use tollgate::store::Store;
 
 /// The service's full name.
 pub const RLQS_SERVICE_NAME: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService";
+
+/// Counts every RLQS series at 0, so they exist (and a rate over them is defined) before
+/// the first Envoy, RLQS on or off.
+pub fn register_rlqs_metrics() {
+    metrics::gauge!("tollgate_rlqs_streams").set(0.0);
+    metrics::gauge!("tollgate_rlqs_buckets").set(0.0);
+    metrics::counter!("tollgate_rlqs_reports_total").increment(0);
+    for action in ["token_bucket", "allow_all", "abandon"] {
+        metrics::counter!("tollgate_rlqs_assignments_total", "action" => action).increment(0);
+    }
+}
 
 /// How the RLQS listener serves.
 #[derive(Clone, Debug, Default)]

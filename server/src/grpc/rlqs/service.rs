@@ -15,7 +15,6 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::bucket_key::key_of;
 use super::division::{Action, Allowance, Bucket, EnvoyId, Tuning};
-use super::table::RlqsFile;
 use crate::grpc::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::{
     BucketAction, bucket_action,
 };
@@ -24,6 +23,7 @@ use crate::grpc::proto::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use crate::grpc::proto::envoy::r#type::v3::{RateLimitStrategy, TokenBucket, rate_limit_strategy};
+use crate::rlqs_table::RlqsFile;
 use tollgate::Limits;
 use tollgate::store::Store;
 

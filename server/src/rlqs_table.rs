@@ -1,4 +1,4 @@
-//! The `[rlqs]` table: which bucket-id entries, after `name`, make a bucket's key, and how
+//! The `[rlqs]` table (Envoy's rate limit quota service, served by `grpc`): which bucket-id entries, after `name`, make a bucket's key, and how
 //! long an assignment lives. Read with the rules, so a reload changes it.
 //!
 //! ```toml
