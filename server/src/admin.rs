@@ -17,12 +17,14 @@
 //! | `GET /candidates?top=` | what each rule's candidate limits would have done over the last 15 minutes, hour and day: requests, would-refuse, distinct clients refused, the `top` most refused (default 10) |
 //! | `GET /suggest?rule=&refuse=` | per rule measuring its clients' peaks (all, or `rule`): p50, p90, p99, p99.9 and max of the peaks at the rule's window, and the rate that would have refused at most `refuse` % of clients (default 1), with the clients it would refuse |
 //! | `GET /metrics` | Prometheus text |
+//! | `GET /rlqs` | the RLQS front end's buckets: Envoys, demand, shares |
 //!
 //! With an `admin_token`, every route but the probes (`/livez`, `/readyz`, `/healthz`),
 //! `/schema.json`, `/openapi.json` and the page itself needs
 //! `Authorization: Bearer <token>` (the page asks for the token and sends it).
 //! Times are UNIX seconds.
 
+use crate::rlqs_table::RlqsBoard;
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -69,6 +71,8 @@ struct AdminState<St> {
     token: Option<Arc<str>>,
     /// Every listener's TLS, for `/config`.
     listener_tls: Arc<[Arc<TlsAcceptor>]>,
+    /// The RLQS front end's buckets, when it serves.
+    rlqs: Option<RlqsBoard>,
 }
 
 // By hand: a derive would demand `St: Clone`, and `Limits` is shared, not copied.
@@ -79,6 +83,7 @@ impl<St> Clone for AdminState<St> {
             metrics: self.metrics.clone(),
             token: self.token.clone(),
             listener_tls: Arc::clone(&self.listener_tls),
+            rlqs: self.rlqs.clone(),
         }
     }
 }
@@ -116,12 +121,14 @@ pub fn router(
     token: Option<String>,
     readiness: Arc<Readiness>,
     listener_tls: Vec<Arc<TlsAcceptor>>,
+    rlqs: Option<RlqsBoard>,
 ) -> Router {
     let state = AdminState {
         limits,
         metrics,
         token: token.map(Arc::from),
         listener_tls: listener_tls.into(),
+        rlqs,
     };
     let guarded = Router::new()
         .route("/config", get(config))
@@ -132,6 +139,7 @@ pub fn router(
         .route("/traffic", get(traffic))
         .route("/candidates", get(candidates))
         .route("/suggest", get(suggest))
+        .route("/rlqs", get(rlqs_buckets))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/", get(page))
@@ -162,6 +170,8 @@ pub struct AdminOptions {
     pub readiness: Option<Arc<Readiness>>,
     /// Every listener's TLS, whose files and last failed reload `/config` shows.
     pub listener_tls: Vec<Arc<TlsAcceptor>>,
+    /// What `/rlqs` shows: the RLQS front end's buckets (`None`: it does not serve).
+    pub rlqs: Option<RlqsBoard>,
 }
 
 impl AdminOptions {
@@ -174,6 +184,7 @@ impl AdminOptions {
             tls: None,
             readiness: None,
             listener_tls: Vec::new(),
+            rlqs: None,
         }
     }
 }
@@ -212,6 +223,7 @@ pub async fn serve(
         options.token,
         readiness,
         options.listener_tls,
+        options.rlqs,
     );
     serve_http(
         listener,
@@ -965,6 +977,14 @@ async fn render_metrics(
         header::HeaderValue::from_static("text/plain; version=0.0.4"),
     );
     (headers, text).into_response()
+}
+
+/// `/rlqs`: each RLQS bucket's Envoys, demand and shares (`enabled: false` when RLQS is off).
+async fn rlqs_buckets(State(state): State<AdminState<BackendStore>>) -> Response {
+    match &state.rlqs {
+        Some(board) => Json(json!({ "enabled": true, "buckets": board.buckets() })).into_response(),
+        None => Json(json!({ "enabled": false, "buckets": [] })).into_response(),
+    }
 }
 
 fn bad_request(message: &str) -> Response {

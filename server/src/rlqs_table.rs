@@ -109,3 +109,54 @@ impl Extension for RlqsTable {
         }
     }
 }
+
+/// What the RLQS front end shows operators — each bucket's Envoys, their demand and
+/// shares — as of its last tick (a second at most old). Shared by the front end, which
+/// fills it, and the admin listener's `/rlqs`, which reads it.
+///
+/// ```
+/// use tollgate_server::rlqs_table::{RlqsBoard, RlqsBucket};
+///
+/// let board = RlqsBoard::default();
+/// assert!(board.buckets().is_empty());
+/// board.replace(vec![RlqsBucket { key: "api".into(), rule: Some("api".into()), envoys: vec![] }]);
+/// assert_eq!(board.buckets()[0].key, "api");
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct RlqsBoard(std::sync::Arc<parking_lot::Mutex<Vec<RlqsBucket>>>);
+
+impl RlqsBoard {
+    /// The buckets as last shown, by key.
+    pub fn buckets(&self) -> Vec<RlqsBucket> {
+        self.0.lock().clone()
+    }
+
+    /// Shows `buckets` from now on.
+    pub fn replace(&self, buckets: Vec<RlqsBucket>) {
+        *self.0.lock() = buckets;
+    }
+}
+
+/// One RLQS bucket: its key, the rule dividing it and the Envoys reporting it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RlqsBucket {
+    /// The key its bucket id makes.
+    pub key: String,
+    /// The rule that applies (`None`: no rule, allow-all).
+    pub rule: Option<String>,
+    /// The Envoys reporting it, busiest first.
+    pub envoys: Vec<RlqsEnvoy>,
+}
+
+/// One Envoy's part in a bucket.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RlqsEnvoy {
+    /// Its stream, numbered from 1 in the order they opened.
+    pub stream: u64,
+    /// Requests a second it saw (allowed and denied), smoothed over its reports.
+    pub demand: f64,
+    /// Its share: tokens a second and `max_tokens` (`None`: no token bucket assigned).
+    pub tokens_per_second: Option<f64>,
+    /// Its share of the burst.
+    pub max_tokens: Option<u32>,
+}

@@ -144,10 +144,12 @@ impl Gateway {
             None => None,
         };
         let grpc_addr = grpc.as_ref().map(|((_, address), _)| *address);
+        let rlqs_board = super::rlqs_table::RlqsBoard::default();
         let rlqs = match resolved.rlqs {
             Some(address) => {
                 let options = grpc::RlqsOptions {
                     tls: grpc_tls.clone(),
+                    board: rlqs_board.clone(),
                 };
                 Some((bind(address).await?, options))
             }
@@ -183,6 +185,7 @@ impl Gateway {
         admin_options.header_read_timeout = resolved.header_read_timeout();
         admin_options.tls = http_tls.clone();
         admin_options.readiness = Some(Arc::clone(&readiness));
+        admin_options.rlqs = rlqs_addr.map(|_| rlqs_board.clone());
         admin_options.listener_tls = [&http_tls, &resp_tls, &grpc_tls]
             .into_iter()
             .flatten()

@@ -219,7 +219,6 @@ impl Bucket {
     }
 
     /// The Envoys reporting it now, with their smoothed demand and the share last sent.
-    #[cfg(test)]
     pub(crate) fn envoys(&self) -> impl Iterator<Item = (EnvoyId, f64, Option<Share>)> + '_ {
         self.holders
             .iter()

@@ -44,6 +44,8 @@ pub fn register_rlqs_metrics() {
 pub struct RlqsOptions {
     /// TLS on the listener (the gRPC listener's, `[gateway.grpc_tls]`).
     pub tls: Option<Arc<crate::tls::TlsAcceptor>>,
+    /// Where the buckets are shown to operators (the admin listener's `/rlqs`).
+    pub board: crate::rlqs_table::RlqsBoard,
 }
 
 /// Serves RLQS on `listener` until `shutdown` completes.
@@ -64,7 +66,7 @@ pub async fn serve_rlqs<St: Store>(
     options: RlqsOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let quotas = service::Quotas::new(limits, service::Bounds::default());
+    let quotas = service::Quotas::new(limits, service::Bounds::default(), options.board.clone());
     tokio::spawn(service::tick(Arc::clone(&quotas)));
     let (health, health_service) = tonic_health::server::health_reporter();
     health

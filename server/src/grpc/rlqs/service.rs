@@ -23,7 +23,7 @@ use crate::grpc::proto::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use crate::grpc::proto::envoy::r#type::v3::{RateLimitStrategy, TokenBucket, rate_limit_strategy};
-use crate::rlqs_table::RlqsFile;
+use crate::rlqs_table::{RlqsBoard, RlqsBucket, RlqsEnvoy, RlqsFile};
 use tollgate::Limits;
 use tollgate::store::Store;
 
@@ -75,10 +75,11 @@ pub(crate) struct Quotas<St: Store> {
     started: Instant,
     next_envoy: AtomicU64,
     bounds: Bounds,
+    board: RlqsBoard,
 }
 
 impl<St: Store> Quotas<St> {
-    pub(crate) fn new(limits: Limits<St>, bounds: Bounds) -> Arc<Quotas<St>> {
+    pub(crate) fn new(limits: Limits<St>, bounds: Bounds, board: RlqsBoard) -> Arc<Quotas<St>> {
         Arc::new(Quotas {
             limits,
             state: Mutex::new(State {
@@ -89,6 +90,7 @@ impl<St: Store> Quotas<St> {
             started: Instant::now(),
             next_envoy: AtomicU64::new(1),
             bounds,
+            board,
         })
     }
 
@@ -248,6 +250,31 @@ impl<St: Store> Quotas<St> {
         }
         deliver(&mut state, sends);
         metrics::gauge!("tollgate_rlqs_buckets").set(state.buckets.len() as f64);
+        let mut shown: Vec<RlqsBucket> = state
+            .buckets
+            .iter()
+            .map(|(key, entry)| {
+                let mut envoys: Vec<RlqsEnvoy> = entry
+                    .bucket
+                    .envoys()
+                    .map(|(stream, demand, share)| RlqsEnvoy {
+                        stream,
+                        demand,
+                        tokens_per_second: share.map(|share| share.per_second()),
+                        max_tokens: share.map(|share| share.max_tokens),
+                    })
+                    .collect();
+                envoys.sort_by(|a, b| b.demand.total_cmp(&a.demand));
+                RlqsBucket {
+                    key: key.clone(),
+                    rule: entry.rule.clone(),
+                    envoys,
+                }
+            })
+            .collect();
+        drop(state);
+        shown.sort_by(|a, b| a.key.cmp(&b.key));
+        self.board.replace(shown);
     }
 
     /// `envoy`'s stream ended: its shares stay counted until they expire.
