@@ -340,6 +340,7 @@ async fn page(
         filters: filters.join(", "),
         suggest,
         candidates: candidates_json(&state.limits, 3),
+        rlqs: rlqs_json(&state),
     };
     Html(admin_page::render(PAGE, Some(&view)))
 }
@@ -980,10 +981,14 @@ async fn render_metrics(
 }
 
 /// `/rlqs`: each RLQS bucket's Envoys, demand and shares (`enabled: false` when RLQS is off).
-async fn rlqs_buckets(State(state): State<AdminState<BackendStore>>) -> Response {
+async fn rlqs_buckets(State(state): State<AdminState<BackendStore>>) -> Json<Value> {
+    Json(rlqs_json(&state))
+}
+
+fn rlqs_json<St>(state: &AdminState<St>) -> Value {
     match &state.rlqs {
-        Some(board) => Json(json!({ "enabled": true, "buckets": board.buckets() })).into_response(),
-        None => Json(json!({ "enabled": false, "buckets": [] })).into_response(),
+        Some(board) => json!({ "enabled": true, "buckets": board.buckets() }),
+        None => json!({ "enabled": false, "buckets": [] }),
     }
 }
 

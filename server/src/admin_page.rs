@@ -20,6 +20,8 @@ pub(super) struct View {
     /// `/suggest`'s answer for every measuring rule (at 1 %), and `/candidates`' list.
     pub(super) suggest: Value,
     pub(super) candidates: Value,
+    /// `/rlqs`'s answer.
+    pub(super) rlqs: Value,
 }
 
 /// `template` with its marked places filled from `view` (left empty without one).
@@ -37,6 +39,47 @@ pub(super) fn render(template: &str, view: Option<&View>) -> String {
         .replace("<!--summary-->", &summary(&view.buckets, &view.filters))
         .replace("<!--reloads-->", &reloads(&view.config))
         .replace("<!--tuning-->", &tuning(&view.suggest, &view.candidates))
+        .replace("<!--rlqs-->", &rlqs(&view.rlqs))
+}
+
+/// Envoy's rate limit quota service: a table of each bucket's Envoys, demand and shares,
+/// or nothing when it does not serve.
+fn rlqs(answer: &Value) -> String {
+    if answer["enabled"] != Value::Bool(true) {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<section id=\"rlqs\" aria-labelledby=\"rlqs-title\"><h2 id=\"rlqs-title\">Envoys sharing budgets (RLQS)</h2>\
+         <p class=\"legend\">each bucket's rule divided among the Envoys reporting it, by demand (<a href=\"/rlqs\">/rlqs</a>; reload the page to refresh)</p>\
+         <table><thead><tr><th>Bucket</th><th>Rule</th><th class=\"num\">Envoy</th><th class=\"num\">Demand (req/s)</th><th class=\"num\">Share (tokens/s)</th><th class=\"num\">Burst share</th></tr></thead><tbody>",
+    );
+    let buckets = answer["buckets"].as_array().map_or(&[][..], Vec::as_slice);
+    if buckets.is_empty() {
+        out.push_str("<tr><td colspan=\"6\">no Envoy has reported yet</td></tr>");
+    }
+    for bucket in buckets {
+        let key = escape(bucket["key"].as_str().unwrap_or(""));
+        let rule = bucket["rule"]
+            .as_str()
+            .map_or_else(|| "none (allow-all)".to_owned(), escape);
+        for envoy in bucket["envoys"].as_array().map_or(&[][..], Vec::as_slice) {
+            let number = |value: &Value, digits: usize| {
+                value
+                    .as_f64()
+                    .map_or_else(|| "—".to_owned(), |n| format!("{n:.digits$}"))
+            };
+            let _ = write!(
+                out,
+                "<tr><td>{key}</td><td>{rule}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                number(&envoy["stream"], 0),
+                number(&envoy["demand"], 1),
+                number(&envoy["tokens_per_second"], 1),
+                number(&envoy["max_tokens"], 0),
+            );
+        }
+    }
+    out.push_str("</tbody></table></section>");
+    out
 }
 
 /// Text for HTML, in an element or a quoted attribute.
@@ -573,9 +616,11 @@ mod tests {
                 "requests": { "p50": 1, "p90": 2, "p99": 3, "p999": 4, "max": 9 } }] }),
             candidates: json!([{ "rule": hostile, "candidate": hostile, "per_window": 3.0,
                 "windows": [{ "window": "1h", "requests": 4, "would_refuse": 1, "clients": 1 }] }]),
+            rlqs: json!({ "enabled": true, "buckets": [{ "key": hostile, "rule": null,
+                "envoys": [{ "stream": 1, "demand": 12.5, "tokens_per_second": 80.0, "max_tokens": 16 }] }] }),
         };
         let page = render(
-            "<!--generation--><!--charts--><!--buckets--><!--summary--><!--reloads--><!--tuning-->",
+            "<!--generation--><!--charts--><!--buckets--><!--summary--><!--reloads--><!--tuning--><!--rlqs-->",
             Some(&view),
         );
         assert!(!page.contains("<script>"), "{page}");
@@ -588,6 +633,18 @@ mod tests {
         assert!(
             page.contains("<polyline class=\"refused\""),
             "the chart is drawn: {page}"
+        );
+        assert!(
+            page.contains("<td>none (allow-all)</td><td class=\"num\">1</td><td class=\"num\">12.5</td><td class=\"num\">80.0</td><td class=\"num\">16</td>"),
+            "the RLQS table: {page}"
+        );
+        let off = View {
+            rlqs: json!({ "enabled": false, "buckets": [] }),
+            ..view
+        };
+        assert!(
+            !render("<!--rlqs-->", Some(&off)).contains("RLQS"),
+            "no section while RLQS is off"
         );
     }
 

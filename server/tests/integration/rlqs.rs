@@ -321,6 +321,12 @@ async fn one_budget_divided_by_demand_stays_within_the_bound_and_follows_a_shift
         "{shown}"
     );
 
+    let page = crate::support::get(service.admin, "/", &[]).await.body;
+    assert!(
+        page.contains("Envoys sharing budgets (RLQS)") && page.contains("<td>api</td><td>api</td>"),
+        "the page shows the bucket"
+    );
+
     // The demand shifts to Envoy 1: within a few intervals it has the larger share.
     let outcome = run(&mut envoys, &[0, 1000, 20, 20], 8, 100.0).await;
     assert!(
@@ -606,4 +612,44 @@ async fn rlqs_measure() {
         );
         drop(envoys);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_lowers_the_rate_re_divides_it_within_a_second_or_two() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_service, address) = service(&dir, RULES).await;
+    let id = bucket(&[("name", "api")]);
+    let mut envoys = vec![
+        Envoy::connect(address, id.clone()).await,
+        Envoy::connect(address, id).await,
+    ];
+    run(&mut envoys, &[200, 200], 8, 100.0).await;
+    let sum = |envoys: &[Envoy]| -> f64 {
+        envoys
+            .iter()
+            .filter_map(Envoy::share)
+            .map(|(rate, _)| rate)
+            .sum()
+    };
+    assert!(sum(&envoys) > 80.0, "{}", sum(&envoys));
+    std::fs::write(
+        dir.path().join("gateway.toml"),
+        RULES.replace("100/s", "40/s"),
+    )
+    .unwrap();
+    // A reload (within a second) and a tick (a second): the shares sum to the new rate.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sum(&envoys) > 40.0 + 1e-6 {
+        assert!(
+            Instant::now() < deadline,
+            "still {} after the reload",
+            sum(&envoys)
+        );
+        run(&mut envoys, &[200, 200], 1, 40.0).await;
+    }
+    assert!(
+        sum(&envoys) >= 30.0,
+        "and most of it given out: {}",
+        sum(&envoys)
+    );
 }
