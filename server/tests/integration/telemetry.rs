@@ -897,3 +897,92 @@ async fn a_decision_against_redis_has_the_redis_call_as_its_child_span() {
         decision.end_time_unix_nano
     );
 }
+
+/// An OTLP/HTTP "collector" on a free port that answers every export with `status` after
+/// `delay`, counting the exports it was sent.
+async fn troubled_receiver(status: u16, delay: Duration) -> (SocketAddr, Arc<Mutex<u64>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(0u64));
+    let counted = Arc::clone(&seen);
+    let answer = move || {
+        let counted = Arc::clone(&counted);
+        async move {
+            *counted.lock().unwrap() += 1;
+            tokio::time::sleep(delay).await;
+            http::StatusCode::from_u16(status).unwrap()
+        }
+    };
+    let app = axum::Router::new()
+        .route("/v1/traces", axum::routing::post(answer.clone()))
+        .route("/v1/metrics", axum::routing::post(answer));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (address, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_answers_errors_or_hangs_costs_requests_nothing_and_is_counted() {
+    let (upstream, _) = upstream().await;
+    for (status, delay, what) in [
+        (503, Duration::ZERO, "answers 503"),
+        (200, Duration::from_secs(60), "never answers"),
+    ] {
+        let (collector, seen) = troubled_receiver(status, delay).await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("gateway.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[limits]\napi = \"1000000/s\"\n[telemetry]\notlp_endpoint = \"http://{collector}/v1/traces\"\n"
+            ),
+        )
+        .unwrap();
+        let service = ServiceProcess::start(
+            &[
+                "--config",
+                &config.display().to_string(),
+                "--upstream",
+                &format!("http://{upstream}"),
+            ],
+            &[
+                ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+                ("OTEL_BSP_MAX_QUEUE_SIZE", "256"),
+                ("OTEL_BSP_EXPORT_TIMEOUT", "300"),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+            ],
+        );
+        // Every request is answered at once (`proxied` allows each 10 s, far more than
+        // the collector would take if a request waited on it: 60 s).
+        let started = Instant::now();
+        proxied(service.proxy, 2_000).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "requests waited on a collector that {what}"
+        );
+        // What the collector did not take is counted as failed, spans and metrics alike.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let failed = spans_counted(service.admin, "failed").await;
+            let metrics = get(service.admin, "/metrics", &[]).await.body;
+            let metric_failures = metrics
+                .lines()
+                .find_map(|line| {
+                    line.strip_prefix(
+                        "tollgate_telemetry_metric_exports_total{outcome=\"failed\"} ",
+                    )
+                })
+                .and_then(|count| count.parse::<u64>().ok())
+                .unwrap_or(0);
+            if failed > 0 && metric_failures > 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "a collector that {what}: spans failed {failed}, metric exports failed {metric_failures}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(*seen.lock().unwrap() > 0, "the collector was tried");
+        assert_eq!(spans_counted(service.admin, "exported").await, 0);
+    }
+}
