@@ -24,6 +24,9 @@ use std::time::Duration;
 /// The longest fill interval given (a year): a share below one token a year rounds up to it.
 const LONGEST_FILL_MS: f64 = 365.0 * 86_400_000.0;
 
+/// Shares an Envoy may have been sent and not yet acknowledged, kept apart at most.
+const MAX_SUPERSEDED: usize = 64;
+
 /// Which Envoy (one RLQS stream).
 pub(crate) type EnvoyId = u64;
 
@@ -336,9 +339,9 @@ impl Bucket {
                 Some(_) => 0.0,
             })
             .sum();
-        let over = sent_rate > per_second + 1e-9
-            || sent_tokens > burst.saturating_add(targets.len() as u32)
-            || wanting > (rate_limit - committed_now).max(0.0) + 1e-9;
+        let over_rule = sent_rate > per_second + 1e-9
+            || sent_tokens > burst.saturating_add(targets.len() as u32);
+        let starved = wanting > (rate_limit - committed_now).max(0.0) + 1e-9;
         // Shrinking first: the old share stays counted until acknowledged.
         for (envoy, target) in &targets {
             let Some(holder) = self.holders.get_mut(envoy) else {
@@ -350,15 +353,36 @@ impl Bucket {
             };
             let smaller =
                 target.per_second() < sent.per_second() || target.max_tokens < sent.max_tokens;
-            if smaller && (over || sent.moved(target, tuning.hysteresis, rate_limit, burst_limit)) {
+            // A share shrunk and not yet acknowledged is not nudged again for a starved
+            // Envoy (its room comes with the acknowledgement): only past the rule, or by a
+            // noticeable move — every change refills the Envoy's bucket.
+            let pending = !holder.superseded.is_empty();
+            let moved = sent.moved(target, tuning.hysteresis, rate_limit, burst_limit);
+            if smaller && (over_rule || (starved && !pending) || moved) {
                 // Grow no part while shrinking another: take the smaller of each.
                 let shrunk = Share::at_most(
                     target.per_second().min(sent.per_second()),
                     target.max_tokens.min(sent.max_tokens),
                 );
                 // Still counted until acknowledged or expired (a few at most: a change
-                // waits for its acknowledgement before the next growth).
+                // waits for its acknowledgement before the next growth). Past a bound, the
+                // oldest two merge into one that counts at least as much, as long.
                 holder.superseded.push((sent, at, 0));
+                if holder.superseded.len() > MAX_SUPERSEDED {
+                    let (a, a_at, a_reports) = holder.superseded.remove(0);
+                    let (b, b_at, b_reports) = holder.superseded.remove(0);
+                    let larger = Share {
+                        max_tokens: a.max_tokens.max(b.max_tokens),
+                        ..if a.per_second() >= b.per_second() {
+                            a
+                        } else {
+                            b
+                        }
+                    };
+                    holder
+                        .superseded
+                        .insert(0, (larger, a_at.max(b_at), a_reports.min(b_reports)));
+                }
                 holder.sent = Some((shrunk, now));
                 actions.push((*envoy, Action::Assign(shrunk)));
             }
@@ -544,6 +568,30 @@ mod tests {
             .expect("the ninth has a share");
         assert!(newcomer.per_second() >= 9.0, "{newcomer:?}");
         assert!(bucket.committed(now, TUNING.ttl).0 <= 100.0 + 1e-9);
+    }
+
+    #[test]
+    fn a_shrunk_share_is_not_nudged_again_while_a_newcomer_waits_for_its_room() {
+        let mut bucket = Bucket::new(Allowance::Rate {
+            per_second: 13.0,
+            burst: 77,
+        });
+        bucket.report(7, 8630, secs(5), secs(0));
+        bucket.divide(secs(0), &TUNING);
+        // A newcomer reports again and again within one interval, busier each time: the
+        // old Envoy is shrunk once, not once per report (every change refills its bucket).
+        let mut changes = 0;
+        for requests in [0, 219, 452, 465, 648, 794, 945] {
+            bucket.report(0, requests, secs(5), secs(8));
+            changes += bucket
+                .divide(secs(8), &TUNING)
+                .iter()
+                .filter(|(envoy, _)| *envoy == 7)
+                .count();
+        }
+        assert!(changes <= 2, "{changes} changes");
+        let (rate, tokens) = bucket.committed(secs(8), TUNING.ttl);
+        assert!(rate <= 13.0 + 1e-9 && tokens <= 77 + 2, "{rate} {tokens}");
     }
 
     #[test]
