@@ -383,7 +383,8 @@ impl Exporting {
         use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
         use opentelemetry_sdk::trace::SpanExporter as _;
 
-        let trust = Trust::read(resolved.ca_file.as_deref())?;
+        let trust = Trust::read(resolved.ca_file.as_deref())
+            .map_err(|refused| TelemetryError::Certificate(refused.path, refused.reason))?;
         let mut exporter = match resolved.protocol {
             Protocol::Grpc => {
                 use opentelemetry_otlp::WithTonicConfig as _;
@@ -455,56 +456,6 @@ impl Exporting {
         {
             tracing::warn!(%error, "telemetry did not flush on shutdown");
         }
-    }
-}
-
-/// What a collector's certificate must chain to: a CA file's certificates, or the
-/// system's roots.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Trust {
-    /// The CA file's PEM text and its certificates (`None`: the system's roots).
-    ca: Option<(Vec<u8>, rustls::RootCertStore)>,
-}
-
-impl Trust {
-    /// Reads `ca_file` (if given), refusing one that holds no certificate.
-    fn read(ca_file: Option<&std::path::Path>) -> Result<Trust, TelemetryError> {
-        use rustls::pki_types::CertificateDer;
-        use rustls::pki_types::pem::PemObject as _;
-
-        let Some(path) = ca_file else {
-            return Ok(Trust::default());
-        };
-        let refused =
-            |reason: String| TelemetryError::Certificate(path.display().to_string(), reason);
-        let pem = std::fs::read(path).map_err(|error| refused(error.to_string()))?;
-        let mut roots = rustls::RootCertStore::empty();
-        for certificate in CertificateDer::pem_slice_iter(&pem) {
-            let certificate = certificate.map_err(|error| refused(error.to_string()))?;
-            roots
-                .add(certificate)
-                .map_err(|error| refused(error.to_string()))?;
-        }
-        if roots.is_empty() {
-            return Err(refused("holds no PEM certificate".into()));
-        }
-        Ok(Trust {
-            ca: Some((pem, roots)),
-        })
-    }
-
-    /// For tonic (gRPC).
-    pub(crate) fn tonic(&self) -> tonic::transport::ClientTlsConfig {
-        let config = tonic::transport::ClientTlsConfig::new();
-        match &self.ca {
-            Some((pem, _)) => config.ca_certificate(tonic::transport::Certificate::from_pem(pem)),
-            None => config.with_native_roots(),
-        }
-    }
-
-    /// For rustls (HTTP): `None` for the system's roots.
-    pub(crate) fn rustls(&self) -> Option<rustls::RootCertStore> {
-        self.ca.as_ref().map(|(_, roots)| roots.clone())
     }
 }
 
@@ -608,6 +559,9 @@ pub(crate) const TARGETS: [&str; 2] = ["tollgate_server::otel", "tollgate::decis
 mod http_client;
 mod metric_push;
 mod queue;
+mod trust;
+
+use trust::Trust;
 mod spans;
 
 pub use spans::{RequestSpan, RequestSpanLayer, Spanned};

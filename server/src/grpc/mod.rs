@@ -31,7 +31,6 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
 
 pub use options::GrpcOptions;
 pub use rlqs::{RLQS_SERVICE_NAME, RlqsOptions, register_rlqs_metrics, serve_rlqs};
@@ -82,21 +81,15 @@ pub async fn serve<St: Store>(
         .max_concurrent_streams(options.max_concurrent_streams.max(1))
         .add_service(health_service)
         .add_service(service);
-    match &options.tls {
-        None => {
-            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-            router
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
-        }
-        Some(tls) => {
-            // A handshake has ten request timeouts (20 s by default) to finish.
-            let incoming = tls::incoming(listener, Arc::clone(tls), options.timeout * 10);
-            router
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
-        }
-    }
+    // A handshake has ten request timeouts (20 s by default) to finish.
+    tls::serve(
+        router,
+        listener,
+        options.tls.clone(),
+        options.timeout * 10,
+        shutdown,
+    )
+    .await
 }
 
 /// Keeps the health status of the rate limit service (and the server's) in step with

@@ -1,4 +1,4 @@
-//! The gRPC listener over TLS: connections accepted and their handshakes done on tasks of
+//! The gRPC listeners, plain or over TLS (`serve`): over TLS, connections accepted and their handshakes done on tasks of
 //! their own (a slow client holds up no one), handed to tonic as they complete.
 
 use std::io;
@@ -96,5 +96,31 @@ impl AsyncWrite for TlsConnection {
 
     fn is_write_vectored(&self) -> bool {
         self.0.is_write_vectored()
+    }
+}
+
+/// Serves `router` on `listener` — over TLS when `tls` is given, each handshake bounded
+/// by `handshake` — until `shutdown` completes.
+pub(super) async fn serve(
+    router: tonic::transport::server::Router,
+    listener: TcpListener,
+    tls: Option<Arc<TlsAcceptor>>,
+    handshake: Duration,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    match tls {
+        None => {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+        Some(tls) => {
+            let incoming = incoming(listener, tls, handshake);
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
     }
 }

@@ -199,6 +199,15 @@ impl Envoy {
     }
 }
 
+/// The rates (tokens a second) of the token buckets `envoys` enforce.
+fn rates(envoys: &[Envoy]) -> Vec<f64> {
+    envoys
+        .iter()
+        .filter_map(Envoy::share)
+        .map(|(rate, _)| rate)
+        .collect()
+}
+
 /// The service serving RLQS with `rules`, and its RLQS address.
 async fn service(dir: &tempfile::TempDir, rules: &str) -> (ServiceProcess, SocketAddr) {
     let config = dir.path().join("gateway.toml");
@@ -359,11 +368,7 @@ async fn eight_envoys_share_evenly_and_a_departed_envoys_share_returns_after_its
     let outcome = run(&mut envoys, &[200; 8], 12, 100.0).await;
     let total: u64 = outcome.admitted.iter().sum();
     assert!(total as f64 <= outcome.bound, "{outcome:?}");
-    let shares: Vec<f64> = envoys
-        .iter()
-        .filter_map(Envoy::share)
-        .map(|(rate, _)| rate)
-        .collect();
+    let shares = rates(&envoys);
     assert_eq!(shares.len(), 8, "every Envoy has a share");
     // Even (12.5 each), give or take the twentieth of the rate (5) a share must move
     // before it is re-sent.
@@ -376,11 +381,7 @@ async fn eight_envoys_share_evenly_and_a_departed_envoys_share_returns_after_its
     // Seven leave abruptly (their streams drop); the last gets the budget once their
     // assignments (2 s) have run out — not before.
     let mut last = envoys.pop().unwrap();
-    let departed: f64 = envoys
-        .iter()
-        .filter_map(Envoy::share)
-        .map(|(rate, _)| rate)
-        .sum();
+    let departed: f64 = rates(&envoys).iter().sum();
     drop(envoys);
     let mut alone = vec![last];
     run(&mut alone, &[200], 4, 100.0).await;
@@ -511,11 +512,7 @@ async fn malformed_reports_are_refused_with_a_status_and_huge_counts_change_noth
     envoys[0].allowed = u64::MAX;
     envoys[0].denied = u64::MAX;
     run(&mut envoys, &[10, 10], 4, 100.0).await;
-    let sum: f64 = envoys
-        .iter()
-        .filter_map(Envoy::share)
-        .map(|(rate, _)| rate)
-        .sum();
+    let sum: f64 = rates(&envoys).iter().sum();
     assert!(sum > 0.0 && sum <= 100.0 + 1e-6, "{sum}");
     // Still serving.
     assert_eq!(
@@ -624,13 +621,7 @@ async fn a_reload_that_lowers_the_rate_re_divides_it_within_a_second_or_two() {
         Envoy::connect(address, id).await,
     ];
     run(&mut envoys, &[200, 200], 8, 100.0).await;
-    let sum = |envoys: &[Envoy]| -> f64 {
-        envoys
-            .iter()
-            .filter_map(Envoy::share)
-            .map(|(rate, _)| rate)
-            .sum()
-    };
+    let sum = |envoys: &[Envoy]| -> f64 { rates(envoys).iter().sum() };
     assert!(sum(&envoys) > 80.0, "{}", sum(&envoys));
     std::fs::write(
         dir.path().join("gateway.toml"),

@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
 
 use super::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use tollgate::Limits;
@@ -77,22 +76,12 @@ pub async fn serve_rlqs<St: Store>(
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
         .add_service(health_service)
         .add_service(RateLimitQuotaServiceServer::new(service::Service(quotas)));
-    match &options.tls {
-        None => {
-            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-            router
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
-        }
-        Some(tls) => {
-            let incoming = super::tls::incoming(
-                listener,
-                Arc::clone(tls),
-                std::time::Duration::from_secs(20),
-            );
-            router
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
-        }
-    }
+    super::tls::serve(
+        router,
+        listener,
+        options.tls.clone(),
+        std::time::Duration::from_secs(20),
+        shutdown,
+    )
+    .await
 }
