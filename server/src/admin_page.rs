@@ -51,17 +51,25 @@ fn rlqs(answer: &Value) -> String {
     let mut out = String::from(
         "<section id=\"rlqs\" aria-labelledby=\"rlqs-title\"><h2 id=\"rlqs-title\">Envoys sharing budgets (RLQS)</h2>\
          <p class=\"legend\">each bucket's rule divided among the Envoys reporting it, by demand (<a href=\"/rlqs\">/rlqs</a>; reload the page to refresh)</p>\
-         <table><thead><tr><th>Bucket</th><th>Rule</th><th class=\"num\">Envoy</th><th class=\"num\">Demand (req/s)</th><th class=\"num\">Share (tokens/s)</th><th class=\"num\">Burst share</th></tr></thead><tbody>",
+         <table><thead><tr><th>Bucket</th><th>Rule</th><th>This gateway's part</th><th class=\"num\">Envoy</th><th class=\"num\">Demand (req/s)</th><th class=\"num\">Share (tokens/s)</th><th class=\"num\">Burst share</th></tr></thead><tbody>",
     );
     let buckets = answer["buckets"].as_array().map_or(&[][..], Vec::as_slice);
     if buckets.is_empty() {
-        out.push_str("<tr><td colspan=\"6\">no Envoy has reported yet</td></tr>");
+        out.push_str("<tr><td colspan=\"7\">no Envoy has reported yet</td></tr>");
     }
     for bucket in buckets {
         let key = escape(bucket["key"].as_str().unwrap_or(""));
         let rule = bucket["rule"]
             .as_str()
             .map_or_else(|| "none (allow-all)".to_owned(), escape);
+        // With gateways sharing the rule through Redis, the part this one divides.
+        let part = match (
+            bucket["part_per_second"].as_f64(),
+            bucket["gateways"].as_u64(),
+        ) {
+            (Some(part), Some(gateways)) => format!("{part:.1}/s, of {gateways} gateways"),
+            _ => "the whole rule".to_owned(),
+        };
         for envoy in bucket["envoys"].as_array().map_or(&[][..], Vec::as_slice) {
             let number = |value: &Value, digits: usize| {
                 value
@@ -70,7 +78,7 @@ fn rlqs(answer: &Value) -> String {
             };
             let _ = write!(
                 out,
-                "<tr><td>{key}</td><td>{rule}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                "<tr><td>{key}</td><td>{rule}</td><td>{part}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
                 number(&envoy["stream"], 0),
                 number(&envoy["demand"], 1),
                 number(&envoy["tokens_per_second"], 1),
@@ -617,6 +625,7 @@ mod tests {
             candidates: json!([{ "rule": hostile, "candidate": hostile, "per_window": 3.0,
                 "windows": [{ "window": "1h", "requests": 4, "would_refuse": 1, "clients": 1 }] }]),
             rlqs: json!({ "enabled": true, "buckets": [{ "key": hostile, "rule": null,
+                "gateways": 2, "part_per_second": 80.5,
                 "envoys": [{ "stream": 1, "demand": 12.5, "tokens_per_second": 80.0, "max_tokens": 16 }] }] }),
         };
         let page = render(
@@ -635,7 +644,7 @@ mod tests {
             "the chart is drawn: {page}"
         );
         assert!(
-            page.contains("<td>none (allow-all)</td><td class=\"num\">1</td><td class=\"num\">12.5</td><td class=\"num\">80.0</td><td class=\"num\">16</td>"),
+            page.contains("<td>none (allow-all)</td><td>80.5/s, of 2 gateways</td><td class=\"num\">1</td><td class=\"num\">12.5</td><td class=\"num\">80.0</td><td class=\"num\">16</td>"),
             "the RLQS table: {page}"
         );
         let off = View {

@@ -365,6 +365,12 @@ pub const CATALOGUE: &[Metric] = &[
         "RLQS bucket actions sent, by action: token_bucket (a share of the rule's rate and burst, or its renewal), allow_all (an unlimited rule or none), abandon (the bucket's rule was removed).",
     ),
     metric(
+        "tollgate_rlqs_claims_total",
+        Kind::Counter,
+        &["outcome"],
+        "Claims of this gateway's parts of the RLQS rules in Redis (gateways sharing one Redis; one a second), by outcome: claimed, failed (Redis did not answer: the last parts kept, then the rule divided by the gateways last counted).",
+    ),
+    metric(
         "tollgate_tls_handshake_failures_total",
         Kind::Counter,
         &["listener"],

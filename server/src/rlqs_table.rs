@@ -119,7 +119,7 @@ impl Extension for RlqsTable {
 ///
 /// let board = RlqsBoard::default();
 /// assert!(board.buckets().is_empty());
-/// board.replace(vec![RlqsBucket { key: "api".into(), rule: Some("api".into()), envoys: vec![] }]);
+/// board.replace(vec![RlqsBucket { key: "api".into(), rule: Some("api".into()), envoys: vec![], gateways: None, part_per_second: None }]);
 /// assert_eq!(board.buckets()[0].key, "api");
 /// ```
 #[derive(Clone, Debug, Default)]
@@ -146,6 +146,12 @@ pub struct RlqsBucket {
     pub rule: Option<String>,
     /// The Envoys reporting it, busiest first.
     pub envoys: Vec<RlqsEnvoy>,
+    /// With a Redis store: the gateways dividing the rule, this one included (`None`:
+    /// this gateway alone divides it).
+    pub gateways: Option<u32>,
+    /// With a Redis store: this gateway's part of the rule, tokens a second, which its
+    /// Envoys' shares divide (`None`: the whole rule).
+    pub part_per_second: Option<f64>,
 }
 
 /// One Envoy's part in a bucket.

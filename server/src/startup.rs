@@ -150,6 +150,7 @@ impl Gateway {
                 let options = grpc::RlqsOptions {
                     tls: grpc_tls.clone(),
                     board: rlqs_board.clone(),
+                    shared: limits.store().redis().cloned(),
                 };
                 Some((bind(address).await?, options))
             }

@@ -50,7 +50,7 @@ pub(crate) use inspect::TopRows;
 pub use inspect::{BucketQuery, BucketRow, BucketSort, CALLER_DEFINED_PREFIX, CALLER_DEFINED_RULE};
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
-pub use redis::{RedisFuture, RedisStore};
+pub use redis::{CLAIMS_PER_CALL, RedisFuture, RedisStore, ShareClaim, SharePart, ShareTerms};
 pub use snapshot::SnapshotError;
 
 /// The future of [`Store::check_all`]: one decision per request, in order.

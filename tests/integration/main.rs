@@ -29,6 +29,7 @@ mod redis_cluster;
 mod redis_headers;
 mod redis_hybrid;
 mod redis_sentinel;
+mod redis_shares;
 mod redis_tls;
 mod reload;
 mod remote_config;

@@ -633,6 +633,43 @@ async fn stacked_limits_across_masters_never_overspend_and_give_back_what_a_refu
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_divided_among_instances_are_claimed_on_the_cluster_in_one_call() {
+    use tollgate::store::{ShareClaim, ShareTerms};
+    let Some(cluster) = RedisCluster::shared("budgets_divided_among_instances") else {
+        return;
+    };
+    let _quiet = cluster.quiet().await;
+    let config = format!(
+        "{}[limits]\n\"/\" = \"6/h\"\n",
+        store_table(&seeds(cluster, false), "shares", "timeout = \"2s\"")
+    );
+    let (a, b) = (instance(&config), instance(&config));
+    let terms = ShareTerms::new(Duration::from_secs(30));
+    // Budgets whose names would hash to different masters share the `{shares}` tag.
+    let claims = |demand: f64| {
+        ["api/a", "api/b", "login/c"]
+            .map(|budget| ShareClaim::new(budget, 100.0, 10).demand(demand))
+    };
+    let first = a
+        .store()
+        .redis()
+        .unwrap()
+        .claim_shares(&claims(50.0), &terms)
+        .await
+        .unwrap();
+    let second = b
+        .store()
+        .redis()
+        .unwrap()
+        .claim_shares(&claims(50.0), &terms)
+        .await
+        .unwrap();
+    for (one, other) in first.iter().zip(&second) {
+        assert_eq!((one.rate, other.rate, other.instances), (100.0, 0.0, 2));
+    }
+}
+
 /// What `client`'s own bucket under `"/"` holds now (not the stack's speaker).
 async fn local_remaining(limits: &Limits<BackendStore>, client: &str) -> usize {
     use tollgate::store::{BucketQuery, Store as _};

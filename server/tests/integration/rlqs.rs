@@ -644,3 +644,168 @@ async fn a_reload_that_lowers_the_rate_re_divides_it_within_a_second_or_two() {
         sum(&envoys)
     );
 }
+
+/// The shares `envoys` enforce, summed (tokens a second).
+fn total_share(envoys: &[Envoy]) -> f64 {
+    rates(envoys).iter().sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_on_one_redis_divide_one_budget_by_demand_and_a_dead_ones_part_returns() {
+    let Some(redis) = crate::support::redis::RedisServer::start("rlqs across two gateways") else {
+        return;
+    };
+    let rules = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"rlqs-two:\"\n\
+         timeout = \"500ms\"\n{RULES}",
+        redis.url()
+    );
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, address_a) = service(&dir_a, &rules).await;
+    let (b, address_b) = service(&dir_b, &rules).await;
+    let id = bucket(&[("name", "api")]);
+    let mut envoys = Vec::new();
+    for address in [address_a, address_a, address_b, address_b] {
+        envoys.push(Envoy::connect(address, id.clone()).await);
+    }
+    // The busy Envoy is gateway A's: A's part, and that Envoy's share, grow to most of it.
+    let outcome = run(&mut envoys, &[1000, 20, 20, 20], 24, 100.0).await;
+    let total: u64 = outcome.admitted.iter().sum();
+    assert!(total as f64 <= outcome.bound, "{outcome:?}");
+    assert!(
+        total as f64 >= 0.6 * 100.0 * 6.0,
+        "the budget is used: {outcome:?}"
+    );
+    let busy = envoys[0].share().expect("the busy Envoy has a share").0;
+    assert!(
+        busy >= 50.0,
+        "the busy Envoy gets most: {:?}",
+        rates(&envoys)
+    );
+    assert!(total_share(&envoys) <= 100.0 + 1e-6, "{:?}", rates(&envoys));
+    let shown = |admin| async move {
+        let body = crate::support::get(admin, "/rlqs", &[]).await.body;
+        let shown: serde_json::Value = serde_json::from_str(&body).unwrap();
+        shown["buckets"][0].clone()
+    };
+    let (on_a, on_b) = (shown(a.admin).await, shown(b.admin).await);
+    assert_eq!(
+        (on_a["gateways"].as_u64(), on_b["gateways"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let part = |bucket: &serde_json::Value| bucket["part_per_second"].as_f64().unwrap();
+    assert!(
+        part(&on_a) >= 50.0 && part(&on_a) + part(&on_b) <= 100.0 + 1e-6,
+        "A's part is the larger: {on_a} {on_b}"
+    );
+
+    // The demand moves to gateway B's first Envoy: the parts follow, never overlapping.
+    let outcome = run(&mut envoys, &[0, 20, 1000, 20], 32, 100.0).await;
+    assert!(
+        outcome.admitted.iter().sum::<u64>() as f64 <= outcome.bound,
+        "{outcome:?}"
+    );
+    let (was_busy, now_busy) = (envoys[0].share().unwrap().0, envoys[2].share().unwrap().0);
+    assert!(
+        now_busy > 50.0 && now_busy > was_busy * 2.0,
+        "the shares moved across gateways: {:?}",
+        rates(&envoys)
+    );
+    assert!(total_share(&envoys) <= 100.0 + 1e-6, "{:?}", rates(&envoys));
+
+    // Gateway B dies with its Envoys: its claim lapses (the assignments' 2 s and two more)
+    // and A's Envoys get the budget back.
+    drop(b);
+    envoys.truncate(2);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while total_share(&envoys) < 90.0 {
+        assert!(
+            Instant::now() < deadline,
+            "B's part never came back: {:?}",
+            rates(&envoys)
+        );
+        run(&mut envoys, &[1000, 20], 4, 100.0).await;
+    }
+    let on_a = shown(a.admin).await;
+    assert_eq!(on_a["gateways"].as_u64(), Some(1), "{on_a}");
+}
+
+/// RELIABILITY.md's rows for two gateways dividing one budget through Redis:
+/// `RLQS_MEASURE=1 cargo test -p tollgate-server --test integration rlqs_measure_across -- --nocapture`
+/// (about a minute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_measure_across() {
+    if std::env::var("RLQS_MEASURE").is_err() {
+        eprintln!("rlqs_measure_across: set RLQS_MEASURE=1 to measure (about a minute)");
+        return;
+    }
+    let Some(redis) = crate::support::redis::RedisServer::start("rlqs measure across") else {
+        return;
+    };
+    eprintln!(
+        "| gateways × Envoys | demand | offered ÷ allowed | admitted ÷ allowed | bound ÷ allowed |"
+    );
+    eprintln!("|---|---|---|---|---|");
+    for (run_number, (skewed, dies)) in [(false, false), (true, false), (false, true)]
+        .into_iter()
+        .enumerate()
+    {
+        // Each run on keys of its own: a fresh budget, no claims left from the last.
+        let rules = format!(
+            "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"measure{run_number}:\"\n\
+             timeout = \"500ms\"\n{RULES}",
+            redis.url()
+        );
+        let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (_a, address_a) = service(&dir_a, &rules).await;
+        let (b, address_b) = service(&dir_b, &rules).await;
+        let id = bucket(&[("name", "api")]);
+        let mut envoys = Vec::new();
+        for address in [address_a, address_a, address_b, address_b] {
+            envoys.push(Envoy::connect(address, id.clone()).await);
+        }
+        // Twice the rate: evenly, or 90 % on one of gateway A's Envoys.
+        let load: Vec<u64> = if skewed {
+            vec![180, 7, 7, 6]
+        } else {
+            vec![50; 4]
+        };
+        let started = Instant::now();
+        let (mut admitted, mut bound) = (0u64, 0.0);
+        let halves = if dies { [16, 16] } else { [32, 0] };
+        let mut b = Some(b);
+        for (half, rounds) in halves.into_iter().enumerate() {
+            if rounds == 0 {
+                continue;
+            }
+            if half == 1 {
+                // Gateway B dies with its Envoys; A's carry the demand.
+                drop(b.take());
+                envoys.truncate(2);
+            }
+            let offered: Vec<u64> = if half == 1 {
+                vec![100, 100]
+            } else {
+                load.clone()
+            };
+            let outcome = run(&mut envoys, &offered, rounds, 100.0).await;
+            admitted += outcome.admitted.iter().sum::<u64>();
+            bound += outcome.bound;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let allowed = 100.0 * seconds + 20.0;
+        assert!(admitted as f64 <= bound, "{admitted} > {bound}");
+        eprintln!(
+            "| 2 × 2 | {}{} | {:.2} | {:.2} | {:.2} |",
+            if skewed {
+                "skewed (90 % on one of A's)"
+            } else {
+                "even"
+            },
+            if dies { ", gateway B dies halfway" } else { "" },
+            200.0 * seconds / allowed,
+            admitted as f64 / allowed,
+            bound / allowed,
+        );
+    }
+}

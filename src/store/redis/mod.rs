@@ -76,6 +76,7 @@ mod named;
 mod pool;
 mod scripts;
 mod shards;
+mod shares;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -94,6 +95,7 @@ use self::listing::list;
 use self::pool::Pool;
 use self::scripts::{decision_from, script_args};
 use self::shards::{Shard, Shards};
+pub use self::shares::{CLAIMS_PER_CALL, ShareClaim, SharePart, ShareTerms};
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, ManyFuture,
     MemoryStore, RuleId, SlotFuture, Store, StoreError,

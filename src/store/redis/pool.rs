@@ -128,6 +128,8 @@ pub(super) struct Pool {
     script: redis::Script,
     /// Shared concurrency slots (`slots.lua`), loaded on first use.
     slots: redis::Script,
+    /// Budgets divided among instances (`shares.lua`), loaded on first use.
+    shares: redis::Script,
     /// On a cluster: connections straight to the master of each slot.
     masters: Option<Masters>,
 }
@@ -176,6 +178,7 @@ impl Pool {
             turn: AtomicUsize::new(0),
             script: redis::Script::new(SCRIPT),
             slots: redis::Script::new(include_str!("caps/slots.lua")),
+            shares: redis::Script::new(include_str!("shares/shares.lua")),
             masters: None,
         }
     }
@@ -333,7 +336,7 @@ impl Pool {
         key: &str,
         args: &[String],
     ) -> redis::RedisResult<Vec<i64>> {
-        self.invoke(&self.script, settings, key, args).await
+        self.invoke(&self.script, settings, &[key], args).await
     }
 
     /// One call of the decision script deciding several buckets (`keys`, one server: never
@@ -367,23 +370,38 @@ impl Pool {
         key: &str,
         args: &[String],
     ) -> redis::RedisResult<Vec<i64>> {
-        self.invoke(&self.slots, settings, key, args).await
+        self.invoke(&self.slots, settings, &[key], args).await
     }
 
+    /// One call of the divided-budgets script on `keys`, which share a hash tag (see
+    /// `shares.lua`).
+    pub(super) async fn shares(
+        &self,
+        settings: &RedisSettings,
+        keys: &[&str],
+        args: &[String],
+    ) -> redis::RedisResult<Vec<i64>> {
+        self.invoke(&self.shares, settings, keys, args).await
+    }
+
+    /// One call of `script` on `keys` (on a cluster, all in the first one's slot).
     async fn invoke(
         &self,
         script: &redis::Script,
         settings: &RedisSettings,
-        key: &str,
+        keys: &[&str],
         args: &[String],
     ) -> redis::RedisResult<Vec<i64>> {
         let mut invocation = script.prepare_invoke();
-        invocation.key(key);
+        for key in keys {
+            invocation.key(*key);
+        }
         for arg in args {
             invocation.arg(arg.as_str());
         }
         if let Some(masters) = &self.masters
-            && let Some(mut direct) = masters.for_key(key, settings)
+            && let Some(first) = keys.first()
+            && let Some(mut direct) = masters.for_key(first, settings)
         {
             let result = invocation.invoke_async(&mut direct).await;
             if !result

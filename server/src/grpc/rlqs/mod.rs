@@ -9,6 +9,8 @@
 //! The decisions are the Envoys' own, from their token buckets: the limiter is off the
 //! request path. Served on a listener of its own (`--rlqs`), TLS as the gRPC listener's.
 
+mod across;
+mod actions;
 mod bucket_key;
 pub(crate) mod division;
 mod service;
@@ -32,6 +34,9 @@ pub fn register_rlqs_metrics() {
     metrics::gauge!("tollgate_rlqs_streams").set(0.0);
     metrics::gauge!("tollgate_rlqs_buckets").set(0.0);
     metrics::counter!("tollgate_rlqs_reports_total").increment(0);
+    for outcome in ["claimed", "failed"] {
+        metrics::counter!("tollgate_rlqs_claims_total", "outcome" => outcome).increment(0);
+    }
     for action in ["token_bucket", "allow_all", "abandon"] {
         metrics::counter!("tollgate_rlqs_assignments_total", "action" => action).increment(0);
     }
@@ -45,6 +50,10 @@ pub struct RlqsOptions {
     pub tls: Option<Arc<crate::tls::TlsAcceptor>>,
     /// Where the buckets are shown to operators (the admin listener's `/rlqs`).
     pub board: crate::rlqs_table::RlqsBoard,
+    /// With several gateways sharing one Redis: the store through which each claims its
+    /// part of every rule before dividing it among its own Envoys (the gateway passes its
+    /// Redis backend's). `None`: this gateway divides the whole rule.
+    pub shared: Option<tollgate::store::RedisStore>,
 }
 
 /// Serves RLQS on `listener` until `shutdown` completes.
@@ -65,7 +74,12 @@ pub async fn serve_rlqs<St: Store>(
     options: RlqsOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let quotas = service::Quotas::new(limits, service::Bounds::default(), options.board.clone());
+    let quotas = service::Quotas::new(
+        limits,
+        service::Bounds::default(),
+        options.board.clone(),
+        options.shared.clone(),
+    );
     tokio::spawn(service::tick(Arc::clone(&quotas)));
     let (health, health_service) = tonic_health::server::health_reporter();
     health

@@ -1,11 +1,13 @@
 //! The RLQS stream: an Envoy's usage reports in, its buckets' assignments out — and other
 //! Envoys' too, whenever a report moves the division of a bucket they share. A task ticks
-//! every second to renew assignments, return departed Envoys' shares and follow reloads.
+//! every second to renew assignments, return departed Envoys' shares and follow reloads —
+//! and, with several gateways sharing a Redis, to claim this gateway's part of each rule
+//! (`across`) before dividing it.
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -13,19 +15,18 @@ use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::across::{self, Part};
+use super::actions::{Outboxes, bucket_action, deliver};
 use super::bucket_key::key_of;
 use super::division::{Action, Allowance, Bucket, EnvoyId, Tuning};
-use crate::grpc::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::{
-    BucketAction, bucket_action,
-};
+use crate::grpc::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use crate::grpc::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
 use crate::grpc::proto::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
-use crate::grpc::proto::envoy::r#type::v3::{RateLimitStrategy, TokenBucket, rate_limit_strategy};
 use crate::rlqs_table::{RlqsBoard, RlqsBucket, RlqsEnvoy, RlqsFile};
 use tollgate::Limits;
-use tollgate::store::Store;
+use tollgate::store::{RedisStore, ShareClaim, Store};
 
 /// Assignments waiting for one Envoy's stream at most; past that the stream is too slow
 /// to read them and is ended.
@@ -58,12 +59,19 @@ struct Entry {
     bucket: Bucket,
     rule: Option<String>,
     ids: HashMap<EnvoyId, BucketId>,
+    /// What the rule allows (the division's allowance, unless gateways share it).
+    allowed: Allowance,
+    /// With gateways sharing the rule: this gateway's part, as last granted.
+    part: Option<Part>,
+    /// Shared, and no part known yet: nothing is divided (Envoy applies its
+    /// `no_assignment_behavior`) until the next tick claims one.
+    pending: bool,
 }
 
 /// Every bucket and stream.
 struct State {
     buckets: HashMap<String, Entry>,
-    outboxes: HashMap<EnvoyId, mpsc::Sender<Result<RateLimitQuotaResponse, Status>>>,
+    outboxes: Outboxes,
     /// The keys each stream reported.
     reported: HashMap<EnvoyId, Vec<String>>,
 }
@@ -76,10 +84,23 @@ pub(crate) struct Quotas<St: Store> {
     next_envoy: AtomicU64,
     bounds: Bounds,
     board: RlqsBoard,
+    /// Where gateways sharing the rules claim their parts, if they do.
+    shared: Option<RedisStore>,
+    /// Gateways dividing a rule, as the last claims counted them (at least 1).
+    gateways: AtomicU32,
+    /// Whether the last claims failed (logged once per outage).
+    claims_failing: AtomicBool,
+    /// Woken when a bucket arrives whose part must be claimed.
+    arrived: tokio::sync::Notify,
 }
 
 impl<St: Store> Quotas<St> {
-    pub(crate) fn new(limits: Limits<St>, bounds: Bounds, board: RlqsBoard) -> Arc<Quotas<St>> {
+    pub(crate) fn new(
+        limits: Limits<St>,
+        bounds: Bounds,
+        board: RlqsBoard,
+        shared: Option<RedisStore>,
+    ) -> Arc<Quotas<St>> {
         Arc::new(Quotas {
             limits,
             state: Mutex::new(State {
@@ -91,6 +112,10 @@ impl<St: Store> Quotas<St> {
             next_envoy: AtomicU64::new(1),
             bounds,
             board,
+            shared,
+            gateways: AtomicU32::new(1),
+            claims_failing: AtomicBool::new(false),
+            arrived: tokio::sync::Notify::new(),
         })
     }
 
@@ -183,11 +208,20 @@ impl<St: Store> Quotas<St> {
                 )));
             }
             let entry = state.buckets.entry(key).or_insert_with(|| {
-                let (allowance, rule) = self.allowance(&route, &client);
+                let (allowed, rule) = self.allowance(&route, &client);
+                // Shared with other gateways: no share before this one's part is claimed.
+                let pending = self.shared.is_some() && matches!(allowed, Allowance::Rate { .. });
+                let nothing = Allowance::Rate {
+                    per_second: 0.0,
+                    burst: 0,
+                };
                 Entry {
-                    bucket: Bucket::new(allowance),
+                    bucket: Bucket::new(if pending { nothing } else { allowed }),
                     rule,
                     ids: HashMap::new(),
+                    allowed,
+                    part: None,
+                    pending,
                 }
             });
             entry.ids.insert(envoy, id);
@@ -196,34 +230,80 @@ impl<St: Store> Quotas<St> {
                 // No interval (a first report): a subscription, demand unknown.
                 None => entry.bucket.report(envoy, 0, Duration::from_secs(1), now),
             }
+            if entry.pending {
+                self.arrived.notify_one();
+                continue;
+            }
             for (to, action) in entry.bucket.divide(now, &tuning) {
                 if let Some(id) = entry.ids.get(&to) {
                     sends.push((to, bucket_action(id.clone(), action, tuning.ttl)));
                 }
             }
         }
-        deliver(&mut state, sends);
+        deliver(&mut state.outboxes, sends);
         Ok(())
     }
 
-    /// Every second: renewals, departed shares returned, reloads followed (a bucket whose
-    /// rule is gone is abandoned; one whose limit changed is divided anew).
-    fn tick(&self) {
-        let file = self.file();
+    /// Every second: reloads followed (a bucket whose rule is gone is abandoned; one whose
+    /// limit changed is divided anew), this gateway's parts claimed when gateways share
+    /// the rules, then renewals and departed shares returned.
+    async fn tick(&self) {
         let tuning = Tuning {
-            ttl: file.assignment_ttl,
+            ttl: self.file().assignment_ttl,
+            ..Tuning::default()
+        };
+        let claims = self.follow_rules(&tuning);
+        let parts = match &self.shared {
+            Some(store) if !claims.is_empty() => self.claim(store, &claims, &tuning).await,
+            _ => None,
+        };
+        self.divide(&tuning, &claims, parts, Scope::All);
+    }
+
+    /// Between ticks: the parts of buckets that arrived since the last, claimed at once, so
+    /// their Envoys are not left to their `no_assignment_behavior` until the next tick.
+    async fn claim_arrivals(&self) {
+        let Some(store) = &self.shared else {
+            return;
+        };
+        let tuning = Tuning {
+            ttl: self.file().assignment_ttl,
             ..Tuning::default()
         };
         let now = self.now();
+        let claims: Vec<(String, ShareClaim)> = {
+            let state = self.state.lock();
+            state
+                .buckets
+                .iter()
+                .filter(|(_, entry)| entry.pending)
+                .filter_map(|(key, entry)| {
+                    across::claim(key, entry.allowed, &entry.bucket, None, now, tuning.ttl)
+                        .map(|claim| (key.clone(), claim))
+                })
+                .collect()
+        };
+        if claims.is_empty() {
+            return;
+        }
+        let parts = self.claim(store, &claims, &tuning).await;
+        self.divide(&tuning, &claims, parts, Scope::Claimed);
+    }
+
+    /// Each bucket's rule read again: those whose rule is gone or replaced abandoned; what
+    /// the others' rules allow noted. The claims to make, when gateways share the rules.
+    fn follow_rules(&self, tuning: &Tuning) -> Vec<(String, ShareClaim)> {
+        let now = self.now();
         let mut state = self.state.lock();
         let mut sends = Vec::new();
+        let mut claims = Vec::new();
         let keys: Vec<String> = state.buckets.keys().cloned().collect();
         for key in keys {
             let (route, client) = match key.rsplit_once('/') {
                 Some((route, client)) => (route.to_owned(), client.to_owned()),
                 None => (String::new(), key.clone()),
             };
-            let (allowance, rule) = self.allowance(&route, &client);
+            let (allowed, rule) = self.allowance(&route, &client);
             let Some(entry) = state.buckets.get_mut(&key) else {
                 continue;
             };
@@ -236,10 +316,114 @@ impl<St: Store> Quotas<St> {
                 state.buckets.remove(&key);
                 continue;
             }
+            entry.allowed = allowed;
+            if self.shared.is_some()
+                && let Some(claim) = across::claim(
+                    &key,
+                    allowed,
+                    &entry.bucket,
+                    entry.part.as_ref(),
+                    now,
+                    tuning.ttl,
+                )
+            {
+                claims.push((key, claim));
+            }
+        }
+        deliver(&mut state.outboxes, sends);
+        claims
+    }
+
+    /// This gateway's parts of the `claims`' rules, or `None` when Redis did not answer.
+    async fn claim(
+        &self,
+        store: &RedisStore,
+        claims: &[(String, ShareClaim)],
+        tuning: &Tuning,
+    ) -> Option<Vec<tollgate::store::SharePart>> {
+        let asked: Vec<ShareClaim> = claims.iter().map(|(_, claim)| claim.clone()).collect();
+        match store.claim_shares(&asked, &across::terms(tuning.ttl)).await {
+            Ok(parts) => {
+                metrics::counter!("tollgate_rlqs_claims_total", "outcome" => "claimed")
+                    .increment(1);
+                if self.claims_failing.swap(false, Ordering::Relaxed) {
+                    tracing::info!("RLQS: Redis answers again; gateways divide the rules anew");
+                }
+                let most = parts.iter().map(|part| part.instances).max().unwrap_or(1);
+                self.gateways.store(most.max(1), Ordering::Relaxed);
+                Some(parts)
+            }
+            Err(error) => {
+                metrics::counter!("tollgate_rlqs_claims_total", "outcome" => "failed").increment(1);
+                if !self.claims_failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        %error,
+                        "RLQS: cannot claim this gateway's parts in Redis; keeping the last \
+                         parts, then the rule divided by the gateways last counted"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// The buckets of `scope` divided under what each may now hand out (with gateways
+    /// sharing: this gateway's part as `parts` grant, or as it stands without Redis), and
+    /// their Envoys told.
+    fn divide(
+        &self,
+        tuning: &Tuning,
+        claims: &[(String, ShareClaim)],
+        parts: Option<Vec<tollgate::store::SharePart>>,
+        scope: Scope,
+    ) {
+        let now = self.now();
+        let mut state = self.state.lock();
+        let gateways = self.gateways.load(Ordering::Relaxed);
+        let granted: HashMap<&str, &tollgate::store::SharePart> = match &parts {
+            Some(parts) => claims
+                .iter()
+                .zip(parts)
+                .map(|((key, _), part)| (key.as_str(), part))
+                .collect(),
+            None => HashMap::new(),
+        };
+        let claimed: std::collections::HashSet<&str> =
+            claims.iter().map(|(key, _)| key.as_str()).collect();
+        let mut sends = Vec::new();
+        let keys: Vec<String> = match scope {
+            Scope::All => state.buckets.keys().cloned().collect(),
+            Scope::Claimed => claims.iter().map(|(key, _)| key.clone()).collect(),
+        };
+        for key in keys {
+            let Some(entry) = state.buckets.get_mut(&key) else {
+                continue;
+            };
+            let allowance = if !claimed.contains(key.as_str()) {
+                if entry.pending && matches!(entry.allowed, Allowance::Rate { .. }) {
+                    // Arrived since the claims were made: its part comes with the next tick.
+                    continue;
+                }
+                entry.part = None;
+                entry.allowed
+            } else if let Some(part) = granted.get(key.as_str()) {
+                let part = across::granted(entry.allowed, part, now);
+                entry.part = Some(part);
+                part.allowance
+            } else {
+                across::without_redis(
+                    entry.allowed,
+                    entry.part.as_ref(),
+                    gateways,
+                    now,
+                    tuning.ttl,
+                )
+            };
+            entry.pending = false;
             if entry.bucket.allowance() != allowance {
                 entry.bucket.set_allowance(allowance);
             }
-            for (to, action) in entry.bucket.divide(now, &tuning) {
+            for (to, action) in entry.bucket.divide(now, tuning) {
                 if let Some(id) = entry.ids.get(&to) {
                     sends.push((to, bucket_action(id.clone(), action, tuning.ttl)));
                 }
@@ -248,7 +432,10 @@ impl<St: Store> Quotas<St> {
                 state.buckets.remove(&key);
             }
         }
-        deliver(&mut state, sends);
+        deliver(&mut state.outboxes, sends);
+        if scope == Scope::Claimed {
+            return;
+        }
         metrics::gauge!("tollgate_rlqs_buckets").set(state.buckets.len() as f64);
         let mut shown: Vec<RlqsBucket> = state
             .buckets
@@ -265,10 +452,16 @@ impl<St: Store> Quotas<St> {
                     })
                     .collect();
                 envoys.sort_by(|a, b| b.demand.total_cmp(&a.demand));
+                let part = entry.part.as_ref();
                 RlqsBucket {
                     key: key.clone(),
                     rule: entry.rule.clone(),
                     envoys,
+                    gateways: part.map(|part| part.gateways),
+                    part_per_second: part.and_then(|part| match part.allowance {
+                        Allowance::Rate { per_second, .. } => Some(per_second),
+                        Allowance::AllowAll => None,
+                    }),
                 }
             })
             .collect();
@@ -291,72 +484,13 @@ impl<St: Store> Quotas<St> {
     }
 }
 
-/// Sends each Envoy its actions, one response per Envoy; a stream whose outbox is full
-/// is ended (it cannot keep up) rather than waited for.
-fn deliver(state: &mut State, sends: Vec<(EnvoyId, BucketAction)>) {
-    let mut by_envoy: HashMap<EnvoyId, Vec<BucketAction>> = HashMap::new();
-    for (to, action) in sends {
-        let kind = match &action.bucket_action {
-            Some(bucket_action::BucketAction::AbandonAction(_)) => "abandon",
-            Some(bucket_action::BucketAction::QuotaAssignmentAction(assignment)) => {
-                match assignment
-                    .rate_limit_strategy
-                    .as_ref()
-                    .and_then(|strategy| strategy.strategy.as_ref())
-                {
-                    Some(rate_limit_strategy::Strategy::TokenBucket(_)) => "token_bucket",
-                    _ => "allow_all",
-                }
-            }
-            None => "none",
-        };
-        metrics::counter!("tollgate_rlqs_assignments_total", "action" => kind).increment(1);
-        by_envoy.entry(to).or_default().push(action);
-    }
-    for (to, actions) in by_envoy {
-        let Some(outbox) = state.outboxes.get(&to) else {
-            continue;
-        };
-        let response = RateLimitQuotaResponse {
-            bucket_action: actions,
-        };
-        if outbox.try_send(Ok(response)).is_err() {
-            let _ = outbox.try_send(Err(Status::resource_exhausted(
-                "assignments were not read in time",
-            )));
-            state.outboxes.remove(&to);
-        }
-    }
-}
-
-/// An action for bucket `id`.
-fn bucket_action(id: BucketId, action: Action, ttl: Duration) -> BucketAction {
-    let ttl = prost_types::Duration::try_from(ttl).ok();
-    let assign = |strategy| {
-        bucket_action::BucketAction::QuotaAssignmentAction(bucket_action::QuotaAssignmentAction {
-            assignment_time_to_live: ttl,
-            rate_limit_strategy: Some(RateLimitStrategy {
-                strategy: Some(strategy),
-            }),
-        })
-    };
-    let action = match action {
-        Action::Assign(share) => assign(rate_limit_strategy::Strategy::TokenBucket(TokenBucket {
-            max_tokens: share.max_tokens,
-            tokens_per_fill: Some(share.tokens_per_fill),
-            fill_interval: prost_types::Duration::try_from(share.fill_interval).ok(),
-        })),
-        Action::AllowAll => assign(rate_limit_strategy::Strategy::BlanketRule(
-            rate_limit_strategy::BlanketRule::AllowAll.into(),
-        )),
-        Action::Abandon => {
-            bucket_action::BucketAction::AbandonAction(bucket_action::AbandonAction {})
-        }
-    };
-    BucketAction {
-        bucket_id: Some(id),
-        bucket_action: Some(action),
-    }
+/// Which buckets a division looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scope {
+    /// Every bucket (the tick).
+    All,
+    /// Those just claimed (arrivals between ticks).
+    Claimed,
 }
 
 /// The gRPC service over shared [`Quotas`].
@@ -423,15 +557,24 @@ impl<St: Store> RateLimitQuotaService for Service<St> {
     }
 }
 
-/// Ticks `quotas` every second until it is the last holder.
+/// Ticks `quotas` every second until it is the last holder; between ticks, claims the
+/// parts of buckets that arrive (at most every 50 ms).
 pub(crate) async fn tick<St: Store>(quotas: Arc<Quotas<St>>) {
     let mut every = tokio::time::interval(Duration::from_secs(1));
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        every.tick().await;
-        if Arc::strong_count(&quotas) == 1 {
-            return;
+        tokio::select! {
+            _ = every.tick() => {
+                if Arc::strong_count(&quotas) == 1 {
+                    return;
+                }
+                quotas.tick().await;
+            }
+            () = quotas.arrived.notified() => {
+                // A moment for the arrivals of one report (or several) to come together.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                quotas.claim_arrivals().await;
+            }
         }
-        quotas.tick();
     }
 }
