@@ -504,6 +504,17 @@ async fn malformed_reports_are_refused_with_a_status_and_huge_counts_change_noth
     };
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
 
+    // A report from a newer Envoy, with fields this server does not know: they are
+    // skipped, and the report is read for what it says.
+    let newer = report_with_unknown_fields(address, bucket(&[("name", "newer")])).await;
+    assert!(
+        newer
+            .bucket_action
+            .iter()
+            .any(|action| action.bucket_id == Some(bucket(&[("name", "newer")]))),
+        "{newer:?}"
+    );
+
     // Counts at the top of u64: demand is huge, the shares stay within the rate.
     let mut envoys = vec![
         envoy,
@@ -521,6 +532,71 @@ async fn malformed_reports_are_refused_with_a_status_and_huge_counts_change_noth
             .status,
         200
     );
+}
+
+/// A usage report as a newer Envoy might send it: the known fields, and two more.
+#[derive(Clone, PartialEq, prost::Message)]
+struct NewerUsageReports {
+    #[prost(string, tag = "1")]
+    domain: String,
+    #[prost(message, repeated, tag = "2")]
+    bucket_quota_usages: Vec<BucketQuotaUsage>,
+    #[prost(string, tag = "77")]
+    future_text: String,
+    #[prost(uint64, tag = "78")]
+    future_count: u64,
+}
+
+/// Sends one report for `id` carrying unknown fields on a stream of its own, and returns
+/// the first answer.
+async fn report_with_unknown_fields(
+    address: SocketAddr,
+    id: BucketId,
+) -> tollgate_server::grpc::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse {
+    let report = NewerUsageReports {
+        domain: "envoy".into(),
+        bucket_quota_usages: vec![BucketQuotaUsage {
+            bucket_id: Some(id),
+            time_elapsed: None,
+            num_requests_allowed: 0,
+            num_requests_denied: 0,
+        }],
+        future_text: "a field from the future".into(),
+        future_count: 7,
+    };
+    // Sent through a codec of the newer type, so the wire carries the unknown fields.
+    let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let (reports, outgoing) = mpsc::channel(1);
+    reports.send(report).await.unwrap();
+    let codec = tonic_prost::ProstCodec::<
+        NewerUsageReports,
+        tollgate_server::grpc::proto::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse,
+    >::default();
+    let path = http::uri::PathAndQuery::from_static(
+        "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas",
+    );
+    let mut answers = grpc
+        .streaming(
+            tonic::Request::new(ReceiverStream::new(outgoing)),
+            path,
+            codec,
+        )
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = tokio::time::timeout(Duration::from_secs(5), answers.message())
+        .await
+        .expect("an answer within 5 s")
+        .unwrap()
+        .expect("an answer, not the end of the stream");
+    drop(reports);
+    answer
 }
 
 /// How `envoy`'s stream ended (within 5 s).
