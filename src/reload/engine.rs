@@ -3,13 +3,16 @@
 //! limiter's `ArcSwap` and tells its store; it knows nothing else of the limiter
 //! ([`Limits`](crate::Limits) holds one and delegates to it).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
-use super::poll::{self, Poller};
+use super::poll::Poller;
+use super::sources::{
+    State, Tracked, changed_sources, each_fingerprint, fingerprints, has_remote, next_poll,
+    watched_files, write_cache,
+};
 use super::watch::FileWatcher;
 use super::{ReloadEvent, ReloadStatus, Reloaded, WatchError};
 use crate::config::MAX_MEMBERS_BYTES;
@@ -53,7 +56,7 @@ pub(crate) trait Target {
 pub(crate) struct Reloader {
     /// Serialises reloads.
     state: Mutex<State>,
-    status: tokio::sync::watch::Sender<ReloadStatus>,
+    pub(super) status: tokio::sync::watch::Sender<ReloadStatus>,
     /// The HTTP client, made when the first URL is fetched.
     fetcher: std::sync::OnceLock<Fetcher>,
     /// The file watcher and the poller, if watching; they stop when this is dropped.
@@ -73,36 +76,6 @@ struct Background {
 
 /// What the watcher and the poller call: the reload, returning the wait until the next poll.
 type Changed = Arc<dyn Fn(Trigger) -> Option<Duration> + Send + Sync>;
-
-struct State {
-    sources: Vec<Tracked>,
-    /// The texts the active rules were compiled from; `None` before the first apply.
-    applied: Option<Vec<Fingerprint>>,
-    /// Each source's text as applied (parallel to `sources`): what the reload history
-    /// compares to name the sources a reload changed.
-    applied_each: Vec<Option<Fingerprint>>,
-    /// The texts last refused: not compiled, nor reported, again until they change or a
-    /// reload is forced.
-    refused: Option<Vec<Fingerprint>>,
-    /// The last reload failure reported, so that the same one is not reported twice.
-    reported: Option<String>,
-    /// The active rules' `[reload]` table (read from local files).
-    settings: ReloadSettings,
-}
-
-/// One source and what was last read from it.
-struct Tracked {
-    source: ConfigSource,
-    /// The last text read or fetched successfully.
-    text: Option<String>,
-    validator: Option<Validator>,
-    /// Whether `text` is in the cache already (URLs only).
-    cached: bool,
-    /// Fetches failed in a row (URLs only), for backoff.
-    failing: u32,
-    /// A `[plans] members` table, named by the rules rather than given to the limiter.
-    members: bool,
-}
 
 impl Reloader {
     /// A reloader for config given as text: nothing to re-read.
@@ -375,75 +348,12 @@ impl Reloader {
         }
     }
 
-    /// Brings the tracked membership sources in line with what the rules' `[plans] members`
-    /// name now (kept in order, after the rule sources; those already tracked keep their
-    /// text). Whether the files to watch changed.
-    fn sync_members(&self, state: &mut State) -> bool {
-        let texts: Vec<SourceText> = state
-            .sources
-            .iter()
-            .filter(|t| !t.members)
-            .filter_map(Tracked::source_text)
-            .collect();
-        let wanted = crate::config::membership_sources(&texts);
-        let current: Vec<&ConfigSource> = state
-            .sources
-            .iter()
-            .filter(|t| t.members)
-            .map(|t| &t.source)
-            .collect();
-        if current.iter().copied().eq(wanted.iter()) {
-            return false;
-        }
-        let rules = state.sources.iter().filter(|t| !t.members).count();
-        let mut old: Vec<Tracked> = state.sources.drain(rules..).collect();
-        for source in wanted {
-            let tracked = match old.iter().position(|t| t.source == source) {
-                Some(at) => old.swap_remove(at),
-                None => Tracked::new(source, true),
-            };
-            state.sources.push(tracked);
-        }
-        state.applied_each.truncate(rules);
-        let names: Vec<ConfigSource> = state.sources.iter().map(|t| t.source.clone()).collect();
-        self.status.send_modify(|status| {
-            let kept = std::mem::take(&mut status.sources);
-            status.sources = names
-                .iter()
-                .map(|source| {
-                    kept.iter()
-                        .find(|s| s.name == source.name())
-                        .cloned()
-                        .unwrap_or_else(|| super::SourceStatus::new(source))
-                })
-                .collect();
-            status.files = names.iter().map(|s| s.name().to_path_buf()).collect();
-        });
-        true
-    }
-
-    /// Reads (or fetches, falling back to the cache) each membership source not read yet.
-    fn read_unread_members(&self, state: &mut State) -> Result<(), ConfigError> {
-        let mut first_error = None;
-        for index in 0..state.sources.len() {
-            let tracked = &state.sources[index];
-            if !tracked.members || tracked.text.is_some() {
-                continue;
-            }
-            let read = if tracked.source.is_remote() {
-                self.fetch_first(state, index)
-            } else {
-                self.read_file_into(&mut state.sources, index)
-            };
-            if let Err(error) = read {
-                first_error.get_or_insert(error);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
-
     /// Reads file source `index` into its `text`, counting the read.
-    fn read_file_into(&self, sources: &mut [Tracked], index: usize) -> Result<(), ConfigError> {
+    pub(super) fn read_file_into(
+        &self,
+        sources: &mut [Tracked],
+        index: usize,
+    ) -> Result<(), ConfigError> {
         let Some(ConfigSource::File(path)) = sources.get(index).map(|t| &t.source) else {
             return Ok(());
         };
@@ -477,7 +387,7 @@ impl Reloader {
     }
 
     /// The first fetch of URL source `index`, falling back to the cache.
-    fn fetch_first(&self, state: &mut State, index: usize) -> Result<(), ConfigError> {
+    pub(super) fn fetch_first(&self, state: &mut State, index: usize) -> Result<(), ConfigError> {
         let Some(ConfigSource::Url(url)) = state.sources.get(index).map(|t| &t.source) else {
             return Ok(());
         };
@@ -650,120 +560,6 @@ impl Reloader {
             "limits reload failed, previous rules keep serving:\n{error}"
         );
         error
-    }
-}
-
-impl Tracked {
-    fn new(source: ConfigSource, members: bool) -> Tracked {
-        Tracked {
-            source,
-            text: None,
-            validator: None,
-            cached: false,
-            failing: 0,
-            members,
-        }
-    }
-
-    fn source_text(&self) -> Option<SourceText> {
-        self.text.as_ref().map(|text| {
-            let mut read = SourceText::of(&self.source, text.clone());
-            read.members = self.members;
-            read
-        })
-    }
-}
-
-/// What tells one text from another without keeping a copy (a membership table may hold
-/// tens of megabytes): its length and a 64-bit hash of it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Fingerprint(usize, u64);
-
-impl Fingerprint {
-    fn of(text: &str) -> Fingerprint {
-        use std::hash::BuildHasher as _;
-        Fingerprint(
-            text.len(),
-            foldhash::quality::FixedState::default().hash_one(text),
-        )
-    }
-}
-
-/// The fingerprints of the texts read, in order (sources not read are left out).
-fn fingerprints(state: &State) -> Vec<Fingerprint> {
-    state
-        .sources
-        .iter()
-        .filter_map(|t| t.text.as_deref().map(Fingerprint::of))
-        .collect()
-}
-
-/// Each source's fingerprint, `None` where it has not been read.
-fn each_fingerprint(state: &State) -> Vec<Option<Fingerprint>> {
-    state
-        .sources
-        .iter()
-        .map(|t| t.text.as_deref().map(Fingerprint::of))
-        .collect()
-}
-
-/// The local files among the sources.
-fn watched_files(state: &State) -> Vec<PathBuf> {
-    state
-        .sources
-        .iter()
-        .filter_map(|t| match &t.source {
-            ConfigSource::File(path) => Some(path.clone()),
-            ConfigSource::Url(_) => None,
-        })
-        .collect()
-}
-
-fn has_remote(state: &State) -> bool {
-    state.sources.iter().any(|t| t.source.is_remote())
-}
-
-/// How long until the next poll: the interval, backed off after failures, jittered.
-fn next_poll(state: &State) -> Duration {
-    let failing = state.sources.iter().map(|t| t.failing).max().unwrap_or(0);
-    poll::next_wait(state.settings.poll_interval, failing, poll::random())
-}
-
-/// The sources whose text differs from what is applied (a read that failed counts: its
-/// error is what the reload is about).
-fn changed_sources(state: &State) -> Vec<PathBuf> {
-    state
-        .sources
-        .iter()
-        .enumerate()
-        .filter(|(index, tracked)| {
-            state.applied_each.get(*index) != Some(&tracked.text.as_deref().map(Fingerprint::of))
-                || tracked.text.is_none()
-        })
-        .map(|(_, tracked)| tracked.source.name().to_path_buf())
-        .collect()
-}
-
-/// Keeps the applied copy of every remote document in `[reload] cache_dir`, if set.
-fn write_cache(state: &mut State) {
-    let Some(cache) = state.settings.cache_dir.as_ref().map(Cache::new) else {
-        return;
-    };
-    for tracked in &mut state.sources {
-        let (ConfigSource::Url(url), Some(text), false) =
-            (&tracked.source, &tracked.text, tracked.cached)
-        else {
-            continue;
-        };
-        match cache.write(url, text) {
-            Ok(()) => tracked.cached = true,
-            Err(error) => tracing::warn!(
-                url = url.as_str(),
-                dir = %cache.dir().display(),
-                %error,
-                "cannot keep the last good copy of a remote config"
-            ),
-        }
     }
 }
 

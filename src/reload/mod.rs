@@ -65,7 +65,9 @@
 //! ```
 
 mod engine;
+mod members;
 mod poll;
+mod sources;
 mod watch;
 
 use std::path::PathBuf;

@@ -387,3 +387,35 @@ pub fn check(repository: &Path, root: &Path, section: &str) {
         violations.join("\n")
     );
 }
+
+/// The longest a source file may be above its unit tests (ARCHITECTURE.md's promise).
+pub const MOST_LINES: usize = 600;
+
+/// Every source file under `root`'s `src/` (Rust, and the Lua scripts the Redis store
+/// sends) longer than [`MOST_LINES`] above its unit tests, with its length there.
+pub fn oversized(root: &Path) -> Vec<(PathBuf, usize)> {
+    let mut found = Vec::new();
+    let mut pending = vec![root.join("src")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            if !path.extension().is_some_and(|e| e == "rs" || e == "lua") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines = text
+                .lines()
+                .take_while(|line| line.trim_start() != "#[cfg(test)]" || line.starts_with(' '))
+                .count();
+            if lines > MOST_LINES {
+                found.push((path.strip_prefix(root).unwrap().to_owned(), lines));
+            }
+        }
+    }
+    found.sort();
+    found
+}

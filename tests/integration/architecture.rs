@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use tollgate_testkit::architecture::{Crate, check, expand_use};
+use tollgate_testkit::architecture::{Crate, MOST_LINES, check, expand_use, oversized};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -45,4 +45,13 @@ fn the_reader_sees_imports_as_the_compiler_does() {
     let reload = krate.modules[&vec!["reload".to_owned()]];
     let config_source = krate.modules[&vec!["config".to_owned(), "source".to_owned()]];
     assert!(krate.edges()[&reload].contains(&config_source));
+}
+
+#[test]
+fn no_source_file_is_longer_than_600_lines_above_its_tests() {
+    let long = oversized(root());
+    assert!(
+        long.is_empty(),
+        "over {MOST_LINES} lines above their unit tests (split them by concern): {long:#?}"
+    );
 }

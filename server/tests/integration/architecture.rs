@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use tollgate_testkit::architecture::{Crate, check, references};
+use tollgate_testkit::architecture::{Crate, MOST_LINES, check, oversized, references};
 
 fn crate_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -115,5 +115,14 @@ fn architecture_md_names_the_library_api_the_service_uses() {
     assert!(
         missing.is_empty(),
         "ARCHITECTURE.md's \"{section}\" does not name: {missing:?}"
+    );
+}
+
+#[test]
+fn no_source_file_is_longer_than_600_lines_above_its_tests() {
+    let long = oversized(crate_root());
+    assert!(
+        long.is_empty(),
+        "over {MOST_LINES} lines above their unit tests (split them by concern): {long:#?}"
     );
 }
