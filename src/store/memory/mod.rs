@@ -46,6 +46,7 @@ mod persist;
 pub(crate) use persist::Exported;
 mod state;
 mod tables;
+mod words;
 
 use state::{State, decide_gcra};
 use tables::{Compact, Entry, Tables, compact_ip, seen_stamp};

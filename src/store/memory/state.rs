@@ -13,6 +13,9 @@ use crate::algorithm::{Algorithm, CheckMode, discrete, gcra, log, subwindow, win
 use crate::decision::Decision;
 use crate::store::CheckRequest;
 
+pub(super) use super::words::{CALENDAR_BIT, FIXED_BIT, SLIDING_BIT, discrete_params};
+use super::words::{KIND_BITS, in_rings, pack, tag, unpack, warm_of};
+
 /// A bucket's state, self-describing so a reload that changes its rule can be detected and
 /// carried over: each quota's state is tagged with what measured it.
 ///
@@ -62,11 +65,6 @@ impl Rings {
     }
 }
 
-/// Whether `quotas`, counted as a sliding window, need rings (some has a resolution).
-fn in_rings(algorithm: Algorithm, quotas: &[Quota]) -> bool {
-    algorithm == Algorithm::SlidingWindow && quotas.iter().any(|q| q.resolution_nanos() > 0)
-}
-
 /// A sliding log's state: what measured it, and the timestamps it holds.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Log {
@@ -81,67 +79,6 @@ impl Log {
             entries: VecDeque::new(),
         }
     }
-}
-
-/// A warming bucket's words, read.
-fn warm_of(words: &[u64; 4]) -> (Warm, Ramp) {
-    let state = Warm {
-        tat: words[0],
-        stored: f64::from_bits(words[1]),
-    };
-    (state, Ramp::new(words[2], words[3]))
-}
-
-pub(super) const SLIDING_BIT: u64 = 1 << 63;
-pub(super) const FIXED_BIT: u64 = 1 << 62;
-/// A fixed window counted per calendar period: its real length varies (23 to 25 hours a
-/// day, 28 to 31 days and an hour a month), so the tag's period is only nominal.
-pub(super) const CALENDAR_BIT: u64 = 1 << 61;
-/// The tag bits that are not the period.
-const KIND_BITS: u64 = SLIDING_BIT | FIXED_BIT | CALENDAR_BIT;
-
-fn tag(algorithm: Algorithm, quota: &Quota) -> u64 {
-    match algorithm {
-        Algorithm::SlidingWindow => quota.period_nanos() | SLIDING_BIT,
-        Algorithm::FixedWindow if quota.calendar().is_some() => {
-            quota.period_nanos() | FIXED_BIT | CALENDAR_BIT
-        }
-        Algorithm::FixedWindow => quota.period_nanos() | FIXED_BIT,
-        // A discrete bucket or a log keeps its numbers in its own layout; the tag is unused.
-        Algorithm::Gcra | Algorithm::DiscreteRefill | Algorithm::SlidingLog => {
-            quota.interval_nanos()
-        }
-    }
-}
-
-/// A caller-defined bucket's numbers, as its one quota carries them: `refill` per
-/// `every`, at most `burst`.
-pub(super) fn discrete_params(quotas: &[Quota]) -> discrete::Params {
-    quotas.first().map_or(
-        discrete::Params {
-            max: 0,
-            refill: 1,
-            every: 1,
-        },
-        |quota| discrete::Params {
-            max: u64::from(quota.burst()),
-            refill: u64::from(quota.rate().count()),
-            every: quota.period_nanos(),
-        },
-    )
-}
-
-fn unpack(start: u64, counts: u64) -> window::Counter {
-    window::Counter {
-        start,
-        previous: counts >> 32,
-        current: counts & u64::from(u32::MAX),
-    }
-}
-
-fn pack(counter: &window::Counter) -> u64 {
-    let clamp = |n: u64| n.min(u64::from(u32::MAX));
-    (clamp(counter.previous) << 32) | clamp(counter.current)
 }
 
 impl State {
