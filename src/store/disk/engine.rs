@@ -182,7 +182,12 @@ impl Inner {
     }
 
     /// Reads `bucket` from disk into memory if memory does not hold it.
-    pub(super) fn load(&self, bucket: BucketRef<'_>, key: &[u8], now: u64) -> Result<(), StoreError> {
+    pub(super) fn load(
+        &self,
+        bucket: BucketRef<'_>,
+        key: &[u8],
+        now: u64,
+    ) -> Result<(), StoreError> {
         if self.memory.holds(bucket) {
             return Ok(());
         }
@@ -197,7 +202,12 @@ impl Inner {
     }
 
     /// Writes a bucket's state as a decision left it (deleting it when it is full).
-    pub(super) fn store(&self, key: Vec<u8>, exported: Exported, now: u64) -> Result<(), StoreError> {
+    pub(super) fn store(
+        &self,
+        key: Vec<u8>,
+        exported: Exported,
+        now: u64,
+    ) -> Result<(), StoreError> {
         if self.failing.load(Ordering::Relaxed) {
             self.reopen();
         }

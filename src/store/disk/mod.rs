@@ -4,8 +4,8 @@ mod codec;
 mod engine;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -88,7 +88,6 @@ const LIST_SCAN: usize = 1_000_000;
 pub struct DiskStore {
     inner: Arc<Inner>,
 }
-
 
 impl std::fmt::Debug for DiskStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

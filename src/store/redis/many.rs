@@ -78,7 +78,7 @@ impl RedisStore {
                     })
                     .collect(),
             );
-            let span = super::redis_span(keys.len());
+            let span = super::calls::redis_span(keys.len());
             let decided = inner.pool.decide_many(&settings, &keys, &args);
             let answer = tokio::time::timeout(settings.timeout, decided)
                 .instrument(span.clone())

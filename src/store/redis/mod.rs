@@ -64,6 +64,7 @@
 //! ```
 
 mod breaker;
+mod calls;
 mod caps;
 mod connect;
 mod hybrid;
@@ -73,6 +74,7 @@ mod many;
 mod masters;
 #[cfg(feature = "tls")]
 mod named;
+mod owned;
 mod pool;
 mod scripts;
 mod shards;
@@ -86,31 +88,24 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use tracing::Instrument as _;
 
 use self::caps::HeldLeases;
 use self::hybrid::Hybrid;
 use self::keys::RuleKeys;
 use self::listing::list;
+use self::owned::OwnedRequest;
 use self::pool::Pool;
 use self::scripts::{decision_from, script_args};
-use self::shards::{Shard, Shards};
+use self::shards::Shards;
 pub use self::shares::{CLAIMS_PER_CALL, ShareClaim, SharePart, ShareTerms};
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, ManyFuture,
     MemoryStore, RuleId, SlotFuture, Store, StoreError,
 };
-use crate::Quota;
 use crate::algorithm::Algorithm;
 use crate::clock::Timestamp;
-use crate::config::{OnBackendError, RedisSettings, RuleSet, SyncMode};
+use crate::config::{RedisSettings, RuleSet, SyncMode};
 use crate::decision::Decision;
-use crate::key::Client;
-
-/// Failures are logged at most once per this many seconds.
-const LOG_EVERY_SECS: u64 = 5;
-/// A cluster's slot table is read again at least this often while decisions flow.
-const SHARDS_EVERY_SECS: u64 = 30;
 
 /// The Redis bucket store: cheap to clone, every clone the same store.
 ///
@@ -338,161 +333,6 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-/// What a decision needs after the caller's borrowed request is gone (for a fallback).
-struct OwnedRequest {
-    rule: RuleId,
-    client: Option<Client<'static>>,
-    quotas: Vec<Quota>,
-    cost: u64,
-    algorithm: Algorithm,
-    strict: bool,
-    shaping: crate::Shaping,
-    now: Timestamp,
-    mode: CheckMode,
-}
-
-impl OwnedRequest {
-    fn new(request: &CheckRequest<'_>) -> OwnedRequest {
-        OwnedRequest {
-            rule: request.bucket.rule,
-            client: request.bucket.client.map(|c| c.clone().into_owned()),
-            quotas: request.quotas.to_vec(),
-            cost: request.cost,
-            algorithm: request.algorithm,
-            strict: request.strict,
-            shaping: *request.shaping,
-            now: request.now,
-            mode: request.mode,
-        }
-    }
-
-    fn as_check(&self) -> CheckRequest<'_> {
-        CheckRequest {
-            bucket: BucketRef {
-                rule: self.rule,
-                client: self.client.as_ref(),
-            },
-            quotas: &self.quotas,
-            cost: self.cost,
-            algorithm: self.algorithm,
-            strict: self.strict,
-            shaping: &self.shaping,
-            now: self.now,
-            mode: self.mode,
-        }
-    }
-}
-
-impl Inner {
-    /// What a decision is when Redis cannot make it.
-    fn fallback(&self, request: &OwnedRequest, mode: OnBackendError, wait: Duration) -> Decision {
-        self.fallbacks.increment(1);
-        match mode {
-            OnBackendError::Allow => Decision::unlimited(),
-            OnBackendError::Local => self.local.decide(request.as_check()),
-            OnBackendError::Deny => {
-                let retry = u64::try_from(wait.as_nanos())
-                    .unwrap_or(u64::MAX)
-                    .max(1_000_000_000);
-                let (limit, window) =
-                    request
-                        .quotas
-                        .first()
-                        .map_or((0, 0), |q| match request.algorithm {
-                            Algorithm::Gcra => (u64::from(q.burst()), q.capacity_nanos()),
-                            _ => (u64::from(q.rate().count()), q.period_nanos()),
-                        });
-                Decision::counted(false, 0, limit, window, 0, retry, retry, retry)
-            }
-        }
-    }
-
-    /// Counts a failure against `shard` and logs it, at most once every [`LOG_EVERY_SECS`].
-    fn report(&self, shard: &Shard, error: &dyn std::fmt::Display) {
-        shard.errors.increment(1);
-        let now = self.started.elapsed().as_secs() + LOG_EVERY_SECS;
-        let last = self.last_log.load(Ordering::Relaxed);
-        if now >= last + LOG_EVERY_SECS
-            && self
-                .last_log
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
-            tracing::warn!(
-                %error,
-                suppressed,
-                "rate-limit backend failed; on_backend_error applies"
-            );
-        } else {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// One call of the decision script on `key`, its reply read by `read`, within
-    /// `timeout`: a success closes `shard`'s breaker; a failure (an error, a reply not
-    /// understood, no answer in time) is described for [`call_failed`](Self::call_failed).
-    async fn decide_in_redis<T>(
-        &self,
-        shard: &Shard,
-        settings: &RedisSettings,
-        key: &str,
-        args: &[String],
-        read: impl FnOnce(&[i64]) -> Result<T, StoreError>,
-    ) -> Result<T, String> {
-        let span = redis_span(1);
-        let decided = self.pool.decide(settings, key, args);
-        let answer = tokio::time::timeout(settings.timeout, decided)
-            .instrument(span.clone())
-            .await;
-        let answer = match answer {
-            Ok(Ok(reply)) => {
-                let read = read(&reply).map_err(|error| error.to_string())?;
-                shard.breaker.succeeded();
-                Ok(read)
-            }
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(_) => Err(format!("no answer within {:?}", settings.timeout)),
-        };
-        if let Err(error) = &answer {
-            span.record("error.type", error.as_str());
-        }
-        answer
-    }
-
-    /// A call to Redis for `shard` failed: the breaker counts it, it is reported, and on a
-    /// cluster the slot table is read again soon.
-    fn call_failed(self: &Arc<Self>, shard: &Shard, settings: &RedisSettings, failure: &str) {
-        shard.breaker.failed(
-            shard.breaker.now(),
-            settings.breaker_failures,
-            settings.breaker_cooldown,
-        );
-        self.report(shard, &failure);
-        self.refresh_shards(true);
-    }
-
-    /// On a cluster, reads the slot table again in the background when it is due: on the
-    /// first decision, every [`SHARDS_EVERY_SECS`], and at most once a second after a
-    /// failure (`failed`).
-    fn refresh_shards(self: &Arc<Self>, failed: bool) {
-        let now = self.started.elapsed().as_secs();
-        let every = if failed { 1 } else { SHARDS_EVERY_SECS };
-        if !self.shards.refresh_due(now, every) {
-            return;
-        }
-        let inner = Arc::clone(self);
-        tokio::spawn(async move {
-            let settings = inner.settings.load_full();
-            let wait = settings.timeout.max(Duration::from_millis(250));
-            if let Some(reply) = inner.pool.cluster_slots(&settings, wait).await {
-                inner.shards.update(&reply);
-                inner.pool.slots_changed();
-            }
-        });
-    }
-}
-
 impl Store for RedisStore {
     type Future = RedisFuture;
 
@@ -687,20 +527,4 @@ fn unavailable(error: redis::RedisError) -> StoreError {
     StoreError::Unavailable {
         reason: error.to_string(),
     }
-}
-
-/// A client span for one call of the decision script deciding `buckets` buckets, under the
-/// decision's span (target `tollgate::decision`, DEBUG, like it): the Redis round trip in
-/// the request's trace. Disabled, costing a callsite check, when nobody takes it.
-pub(super) fn redis_span(buckets: usize) -> tracing::Span {
-    tracing::debug_span!(
-        target: "tollgate::decision",
-        "redis",
-        otel.name = "EVALSHA",
-        otel.kind = "client",
-        db.system.name = "redis",
-        db.operation.name = "EVALSHA",
-        ratelimit.buckets = buckets,
-        error.type = tracing::field::Empty,
-    )
 }
