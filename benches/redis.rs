@@ -118,7 +118,13 @@ fn main() {
     let trivial = "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"; // SHA1 of "return 1"
     // tollgate's own script (loaded by the warm-up decision), sent raw by redis-benchmark
     // with the arguments of a `1000000/s` GCRA decision: the server's share of the cost.
-    let decide = redis::Script::new(include_str!("../src/store/redis/scripts/decide.lua"));
+    // The decision script, assembled as the store assembles it (scripts/mod.rs).
+    let decide = redis::Script::new(concat!(
+        include_str!("../src/store/redis/scripts/decide/begin.lua"),
+        include_str!("../src/store/redis/scripts/decide/log.lua"),
+        include_str!("../src/store/redis/scripts/decide/subwindow.lua"),
+        include_str!("../src/store/redis/scripts/decide/counters.lua"),
+    ));
     let decide_args = [
         "1",
         "bench:{__rand_int__}c",

@@ -1,6 +1,6 @@
 //! Buckets in Redis, so several instances share one budget.
 //!
-//! Every decision is one `EVALSHA` of one Lua script (`decide.lua`): it reads the bucket,
+//! Every decision is one `EVALSHA` of one Lua script (`scripts/decide/`): it reads the bucket,
 //! decides every quota of the rule, and writes the bucket back atomically — one round trip
 //! whatever the algorithm or the number of quotas. The script is sent by hash; a server
 //! that does not know it (restarted, `SCRIPT FLUSH`ed) answers `NOSCRIPT` and the `redis`

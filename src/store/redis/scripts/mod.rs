@@ -1,4 +1,4 @@
-//! The decision script's wire format: the arguments one `EVALSHA` of `decide.lua` takes,
+//! The decision script's wire format: the arguments one `EVALSHA` of the decision script (`decide/`) takes,
 //! and its reply read back as a [`Decision`] described exactly as the in-memory engines
 //! describe theirs.
 
@@ -9,7 +9,12 @@ use crate::decision::Decision;
 use crate::store::StoreError;
 
 /// The decision script: see the module docs of [`super`].
-pub(super) const SCRIPT: &str = include_str!("decide.lua");
+pub(super) const SCRIPT: &str = concat!(
+    include_str!("decide/begin.lua"),
+    include_str!("decide/log.lua"),
+    include_str!("decide/subwindow.lua"),
+    include_str!("decide/counters.lua"),
+);
 
 /// Microseconds as the script reads them: exact, fractions included.
 fn micros(nanos: u64) -> String {
@@ -133,7 +138,7 @@ pub(super) struct LeaseTerms<'a> {
 }
 
 /// The script's arguments for a lease call: the request (cost 0 for a settlement alone)
-/// decided as a consumption, then `terms` (see `decide.lua`). GCRA only.
+/// decided as a consumption, then `terms` (see `decide/begin.lua`). GCRA only.
 pub(super) fn lease_args(
     now: Option<Timestamp>,
     cost: u64,
