@@ -22,18 +22,18 @@ use pin_project_lite::pin_project;
 use tower::Service;
 
 use super::body::{BodyStyle, Wrapped};
-use super::figure::{self, BodyReader};
+use super::charge::{PendingCharge, Settle};
 use super::outcome::Outcome;
+use super::ready::{Owned, ReadyService};
 use super::response::{RateLimitHeaders, busy, refusal_for};
-use super::settle::{self, BodySettlement};
+use super::settle;
 use super::trace::DecisionSpan;
 use super::upgrade::hand_to_upgrade;
 use crate::clock::Timestamp;
 use crate::concurrency::Permit;
-use crate::config::CostSource;
 use crate::key::Client;
-use crate::limits::{Active, Charge, Deciding, Limits, Plan, QueuedPermit};
-use crate::store::{Store, StoreError};
+use crate::limits::{Active, Deciding, Limits, Plan, QueuedPermit};
+use crate::store::Store;
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit).
@@ -129,110 +129,6 @@ struct Parked<S, B, St> {
     now: Timestamp,
     /// The decision's span, open until the store answers.
     span: DecisionSpan,
-}
-
-/// How a reservation is settled once the response's head is known.
-enum Settle<St: Store> {
-    /// From a header: the store is settling it now.
-    Now(Box<PendingCharge<St>>, St::Future),
-    /// From the body, by this observer, when it ends.
-    FromBody(Box<dyn crate::concurrency::BodyObserver>),
-    /// Nothing to settle (the figure equals the reservation, or is missing or bad).
-    Kept,
-}
-
-/// What a `count_status` request owes if its response counts, or what a reservation
-/// settles against.
-pub(crate) struct PendingCharge<St> {
-    pub(crate) limits: Limits<St>,
-    pub(crate) rules: Arc<Active>,
-    pub(crate) index: usize,
-    pub(crate) charge: Charge,
-}
-
-impl<St: Store> PendingCharge<St> {
-    /// What a `count_status` request owes, settled later against the very rule set that
-    /// decided (the snapshot, not a fresh load a reload may have replaced).
-    pub(crate) fn boxed(
-        limits: &Limits<St>,
-        rules: &Arc<Active>,
-        index: usize,
-        charge: Option<Charge>,
-    ) -> Option<Box<PendingCharge<St>>> {
-        charge.map(|charge| {
-            Box::new(PendingCharge {
-                limits: limits.clone(),
-                rules: Arc::clone(rules),
-                index,
-                charge,
-            })
-        })
-    }
-
-    /// Starts the charge if `status` is one the rule counts.
-    fn start(&self, status: http::StatusCode) -> Option<St::Future> {
-        let rule = self.rules.rule(self.index)?;
-        if !rule.count_status()?.contains(status) {
-            return None;
-        }
-        self.limits
-            .charge_counted(&self.rules, self.index, &self.charge)
-    }
-
-    /// Settles a reservation from the response's head (a `header:` source), or hands back
-    /// what will read its body (trailer, JSON, events).
-    fn settle_from_head<B>(self: Box<Self>, response: &http::Response<B>) -> Settle<St> {
-        let Some(spec) = self.rules.rule(self.index).and_then(|rule| rule.settle()) else {
-            return Settle::Kept;
-        };
-        let (source, max) = (spec.from.clone(), spec.max);
-        if let CostSource::Header(name) = &source {
-            let figure = figure::figure_of_header(response.headers().get(name), max);
-            return match settle::settle(&self.limits, &self.rules, self.index, &self.charge, figure)
-            {
-                Some(settling) => Settle::Now(self, settling),
-                None => Settle::Kept,
-            };
-        }
-        let content_type = response.headers().get(http::header::CONTENT_TYPE);
-        let Some(reader) = BodyReader::new(&source, content_type, max) else {
-            return Settle::Kept;
-        };
-        let PendingCharge {
-            limits,
-            rules,
-            index,
-            charge,
-        } = *self;
-        Settle::FromBody(Box::new(BodySettlement {
-            limits,
-            rules,
-            index,
-            charge,
-            reader,
-        }))
-    }
-
-    /// The headers after the charge: they show what the charge left.
-    fn headers(
-        &self,
-        result: Result<crate::Decision, StoreError>,
-        before: Option<RateLimitHeaders>,
-    ) -> Option<RateLimitHeaders> {
-        let rule = self.rules.rule(self.index)?;
-        match result {
-            Ok(_) if rule.is_shadow() => None,
-            Ok(decision) => Some(RateLimitHeaders::new(
-                rule,
-                &decision,
-                self.rules.response().headers,
-            )),
-            Err(error) => {
-                tracing::warn!(rule = rule.name(), %error, "rate-limit store failed to charge a counted response");
-                before
-            }
-        }
-    }
 }
 
 impl<S, St, B, K> ResponseFuture<S, St, B, K>
@@ -610,42 +506,5 @@ where
                 }
             }
         }
-    }
-}
-
-/// The service a decided request goes to.
-pub(crate) trait ReadyService<S: Service<Request<B>>, B> {
-    /// Calls it with `request`.
-    fn call(self, request: Request<B>) -> S::Future;
-    /// Takes it away, for a request that must wait before it is called.
-    fn take(self) -> S;
-}
-
-/// A service already taken for a request (one that waited for its decision or its turn).
-pub(crate) struct Owned<S>(pub(crate) S);
-
-impl<S: Service<Request<B>>, B> ReadyService<S, B> for Owned<S> {
-    fn call(mut self, request: Request<B>) -> S::Future {
-        self.0.call(request)
-    }
-
-    fn take(self) -> S {
-        self.0
-    }
-}
-
-/// The [`RateLimit`](crate::RateLimit)'s own inner service, made ready for this request:
-/// called in place, and replaced by a fresh clone only when the request must wait (the
-/// ready one goes with it, as tower's contract asks).
-pub(crate) struct InPlace<'s, S>(pub(crate) &'s mut S);
-
-impl<S: Service<Request<B>> + Clone, B> ReadyService<S, B> for InPlace<'_, S> {
-    fn call(self, request: Request<B>) -> S::Future {
-        self.0.call(request)
-    }
-
-    fn take(self) -> S {
-        let fresh = self.0.clone();
-        std::mem::replace(self.0, fresh)
     }
 }

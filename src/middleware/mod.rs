@@ -34,11 +34,13 @@
 //! ```
 
 pub mod body;
+mod charge;
 mod figure;
 mod future;
 mod layer;
 mod outcome;
 mod read_body;
+mod ready;
 pub mod response;
 mod service;
 pub(crate) mod settle;

@@ -42,8 +42,10 @@ use tower::Service;
 #[cfg(doc)]
 use super::body::ResponseBody;
 use super::body::{BodyStyle, Wrapped};
-use super::future::{InPlace, PendingCharge, ReadyService as _, ResponseFuture};
+use super::charge::PendingCharge;
+use super::future::ResponseFuture;
 use super::outcome::Outcome;
+use super::ready::{InPlace, ReadyService as _};
 use super::response::{busy, refusal_for, unauthorized};
 use super::trace::DecisionSpan;
 use crate::key::{Invalid, Verified};
