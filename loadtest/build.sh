@@ -40,7 +40,6 @@ if [ -n "$BEFORE" ]; then
   build "before: build --release --example gateway" "$work/before" build --release --example gateway
 fi
 build "after: build --release -p tollgate-server --bin tollgate (cargo install)" . build --release -p tollgate-server --bin tollgate
-build "after: build --release --example gateway" . build --release --example gateway
 build "after: test -p tollgate --no-run (the library's tests)" . test -p tollgate --no-run
 # What the library's tests build of the service's stack (expected: none of tonic, prost,
 # the Prometheus exporter; hyper's server half is there, for the layer's tests over real

@@ -24,13 +24,13 @@ work=$(mktemp -d)
 trap 'cleanup_pids; rm -rf "$work"' EXIT
 
 echo "== building: this tree, and $BEFORE in target/bench-before"
-cargo build --release --example gateway
-after=$PWD/target/release/examples/gateway
+cargo build --release -p tollgate-server --bin tollgate
+after=$PWD/target/release/tollgate
 mkdir -p "$work/before-src"
 git archive "$BEFORE" | tar -x -C "$work/before-src"
-CARGO_TARGET_DIR="$PWD/target/bench-before" cargo build --release --example gateway \
+CARGO_TARGET_DIR="$PWD/target/bench-before" cargo build --release -p tollgate-server --bin tollgate \
   --manifest-path "$work/before-src/Cargo.toml"
-before=$PWD/target/bench-before/release/examples/gateway
+before=$PWD/target/bench-before/release/tollgate
 
 machine
 io_reads() { awk '/^syscr/ { print $2 }' "/proc/$1/io"; }

@@ -18,7 +18,7 @@ STREAMS=${STREAMS:-"1 16 64"}
 GRPC_PORT=18511
 
 command -v taskset >/dev/null || { echo "server/loadtest/grpc.sh needs taskset" >&2; exit 1; }
-cargo build --release --example gateway --example grpc_load
+cargo build --release -p tollgate-server --bin tollgate --example grpc_load
 source loadtest/lib.sh
 trap cleanup_pids EXIT
 
@@ -26,7 +26,7 @@ config=$(mktemp --suffix=.toml)
 printf '[limits]\n"edge/remote_address" = "1000000000/min"\n' >"$config"
 
 machine
-start 0 target/release/examples/gateway --config "$config" --listen 127.0.0.1:18512 \
+start 0 target/release/tollgate --config "$config" --listen 127.0.0.1:18512 \
   --admin 127.0.0.1:18513 --grpc "127.0.0.1:$GRPC_PORT" 2>/dev/null
 wait_port "$GRPC_PORT"
 

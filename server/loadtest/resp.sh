@@ -22,13 +22,13 @@ RESP_PORT=18502
 for tool in redis-server redis-benchmark taskset; do
   command -v "$tool" >/dev/null || { echo "server/loadtest/resp.sh needs $tool (apt-get install -y redis-server)" >&2; exit 1; }
 done
-cargo build --release --example gateway
+cargo build --release -p tollgate-server --bin tollgate
 source loadtest/lib.sh
 trap cleanup_pids EXIT
 
 machine
 start 0 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >/dev/null
-start 0 target/release/examples/gateway --listen 127.0.0.1:18503 --admin 127.0.0.1:18504 \
+start 0 target/release/tollgate --listen 127.0.0.1:18503 --admin 127.0.0.1:18504 \
   --resp "127.0.0.1:$RESP_PORT" 2>/dev/null
 wait_port "$REDIS_PORT"; wait_port "$RESP_PORT"
 

@@ -26,8 +26,8 @@ for tool in wrk taskset; do
   command -v "$tool" >/dev/null || { echo "server/loadtest/sse.sh needs $tool (apt-get install -y wrk)" >&2; exit 1; }
 done
 
-cargo build --release --example gateway
-gateway_bin=$PWD/target/release/examples/gateway
+cargo build --release -p tollgate-server --bin tollgate
+gateway_bin=$PWD/target/release/tollgate
 source loadtest/lib.sh
 work=$(mktemp -d)
 trap 'cleanup_pids; rm -rf "$work"' EXIT

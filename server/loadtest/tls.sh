@@ -23,7 +23,7 @@ GRPC_REQUESTS=${GRPC_REQUESTS:-100000}
 for tool in redis-server redis-benchmark openssl taskset; do
   command -v "$tool" >/dev/null || { echo "server/loadtest/tls.sh needs $tool" >&2; exit 1; }
 done
-cargo build --release --example gateway --example grpc_load
+cargo build --release -p tollgate-server --bin tollgate --example grpc_load
 source loadtest/lib.sh
 work=$(mktemp -d)
 trap 'cleanup_pids; rm -rf "$work"' EXIT
@@ -46,7 +46,7 @@ rules='[limits]
 printf '%s' "$rules" >"$work/plain.toml"
 { printf '%s' "$rules"; tls_table resp_tls; tls_table grpc_tls; tls_table tls; } >"$work/tls.toml"
 
-gateway=target/release/examples/gateway
+gateway=target/release/tollgate
 start 0 redis-server --port 18601 --tls-port 18602 --bind 127.0.0.1 --save "" --appendonly no \
   --tls-cert-file "$work/cert.pem" --tls-key-file "$work/key.pem" \
   --tls-ca-cert-file "$work/ca.pem" --tls-auth-clients no >/dev/null

@@ -1,4 +1,4 @@
-//! The `tollgate` binary (and `cargo run --example gateway`, the same program): flags and
+//! The `tollgate` binary (what `cargo run -p tollgate-server` runs): flags and
 //! environment into [`Settings`], logging, `--check` and `--print-schema`, then the
 //! [`Gateway`] until Ctrl-C or SIGTERM.
 //!

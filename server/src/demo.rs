@@ -1,5 +1,5 @@
 //! The built-in demo upstream: what the gateway proxies to when no upstream is configured,
-//! so `cargo run --example gateway` is useful on its own.
+//! so `cargo run -p tollgate-server` is useful on its own.
 //!
 //! It answers every request with a small JSON description of what it received, including
 //! the `X-Forwarded-For` the gateway added — and the big LLM APIs as their models would,

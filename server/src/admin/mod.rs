@@ -138,7 +138,7 @@ pub fn router(
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct AdminOptions {
-    /// Renders `/metrics` (from [`metrics::install`](super::metrics::install)).
+    /// Renders `/metrics` (from [`metrics::install`](crate::metrics::install)).
     pub metrics: PrometheusHandle,
     /// A bearer token every route but `/healthz` and the page requires.
     pub token: Option<String>,

@@ -59,6 +59,6 @@ fn the_schema_validates_every_sample_and_the_shipped_copy_is_current() {
         serde_json::from_str(&std::fs::read_to_string(shipped).unwrap()).unwrap();
     assert_eq!(
         shipped, schema,
-        "config/tollgate.schema.json is stale: cargo run --example gateway -- --print-schema > config/tollgate.schema.json"
+        "config/tollgate.schema.json is stale: cargo run -p tollgate-server -- --print-schema > config/tollgate.schema.json"
     );
 }

@@ -16,7 +16,7 @@ pub use rule::Per;
 pub(crate) use rule::{RawAlso, RawCost, RawReserve, RawRule, RawSettle};
 
 /// One config file. Unknown tables are refused by `compile`, which also knows the tables
-/// an embedding program's [`Extension`](super::Extension)s own.
+/// an embedding program's [`Extension`](crate::config::Extension)s own.
 #[derive(Debug, Default, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[cfg_attr(feature = "schema", schemars(deny_unknown_fields))]

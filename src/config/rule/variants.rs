@@ -41,13 +41,13 @@ impl Rule {
     }
 
     /// The `also` limits a request resolved to this rule meets, by index in its rule set
-    /// (see [`RuleSet::stack`](super::RuleSet::stack)).
+    /// (see [`RuleSet::stack`](crate::config::RuleSet::stack)).
     #[inline]
     pub(crate) fn stack_indices(&self) -> &Arc<[usize]> {
         &self.stack
     }
 
-    /// For an `also` limit (what [`RuleSet::stack`](super::RuleSet::stack) yields), what
+    /// For an `also` limit (what [`RuleSet::stack`](crate::config::RuleSet::stack) yields), what
     /// makes it one; `None` for rules themselves.
     pub fn also(&self) -> Option<&AlsoLimit> {
         self.also.as_deref()
@@ -102,7 +102,7 @@ impl Rule {
     }
 
     /// For a candidate's variant of a rule (what
-    /// [`RuleSet::candidates`](super::RuleSet::candidates) lists), its label: its rates as
+    /// [`RuleSet::candidates`](crate::config::RuleSet::candidates) lists), its label: its rates as
     /// written. `None` for rules themselves.
     pub fn candidate(&self) -> Option<&str> {
         self.candidate.as_deref()
@@ -184,7 +184,7 @@ impl Rule {
         self.plans.iter().map(|(name, _)| &**name)
     }
 
-    /// For a plan's variant of a rule (what [`RuleSet::plan_variant`](super::RuleSet::plan_variant)
+    /// For a plan's variant of a rule (what [`RuleSet::plan_variant`](crate::config::RuleSet::plan_variant)
     /// returns), the plan; `None` for the rule itself.
     pub fn plan(&self) -> Option<&str> {
         self.plan.as_deref()
