@@ -611,6 +611,60 @@ async fn ended(envoy: &Envoy) -> tonic::Status {
     }
 }
 
+/// Two gateways sharing `redis` under `prefix`, two Envoys on each (A's first), for bucket
+/// `api`: the gateways (each with its config's directory) and the Envoys.
+async fn two_gateways(
+    redis: &crate::support::redis::RedisServer,
+    prefix: &str,
+) -> ([(ServiceProcess, tempfile::TempDir); 2], Vec<Envoy>) {
+    let rules = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}:\"\n\
+         timeout = \"500ms\"\n{RULES}",
+        redis.url()
+    );
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, address_a) = service(&dir_a, &rules).await;
+    let (b, address_b) = service(&dir_b, &rules).await;
+    let id = bucket(&[("name", "api")]);
+    let mut envoys = Vec::new();
+    for address in [address_a, address_a, address_b, address_b] {
+        envoys.push(Envoy::connect(address, id.clone()).await);
+    }
+    ([(a, dir_a), (b, dir_b)], envoys)
+}
+
+/// What happens to a run's Envoys halfway (an Envoy leaves, a gateway dies).
+type Halfway = Box<dyn FnOnce(&mut Vec<Envoy>) + Send>;
+
+/// One measured row: `envoys` offer `load` for 32 intervals — or for 16, then `halfway`
+/// changes them (an Envoy leaves, a gateway dies) and the rest offer `after` for 16 more.
+/// Asserts the bound; returns offered, admitted and the bound, each ÷ what was allowed.
+async fn measure_row(
+    envoys: &mut Vec<Envoy>,
+    load: &[u64],
+    halfway: Option<(Halfway, Vec<u64>)>,
+) -> (f64, f64, f64) {
+    let started = Instant::now();
+    let rounds = if halfway.is_some() { 16 } else { 32 };
+    let first = run(envoys, load, rounds, 100.0).await;
+    let (mut admitted, mut bound) = (first.admitted.iter().sum::<u64>(), first.bound);
+    if let Some((change, after)) = halfway {
+        change(envoys);
+        let second = run(envoys, &after, 16, 100.0).await;
+        admitted += second.admitted.iter().sum::<u64>();
+        bound += second.bound;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let allowed = 100.0 * seconds + 20.0;
+    assert!(admitted as f64 <= bound, "{admitted} > {bound}");
+    let offered: u64 = load.iter().sum();
+    (
+        offered as f64 * seconds / allowed,
+        admitted as f64 / allowed,
+        bound / allowed,
+    )
+}
+
 /// RELIABILITY.md's RLQS table: admitted ÷ allowed for 2, 4 and 8 Envoys under even and
 /// skewed demand, and with an Envoy leaving abruptly halfway; each run asserts the bound.
 /// `RLQS_MEASURE=1 cargo test -p tollgate-server --test integration rlqs_measure -- --nocapture`
@@ -652,36 +706,22 @@ async fn rlqs_measure() {
                 (true, _) => 20 / (count as u64 - 1),
             })
             .collect();
-        let started = Instant::now();
-        let (mut admitted, mut bound) = (0u64, 0.0);
-        let halves = if leave { [16, 16] } else { [32, 0] };
-        for (half, rounds) in halves.into_iter().enumerate() {
-            if rounds == 0 {
-                continue;
-            }
-            if half == 1 {
-                // One Envoy's stream drops; the others carry its demand.
+        // One Envoy's stream drops halfway; the others carry its demand.
+        let halfway = leave.then(|| {
+            let drop_one: Halfway = Box::new(|envoys| {
                 envoys.pop();
-            }
-            let offered = &load[..envoys.len()];
-            let outcome = run(&mut envoys, offered, rounds, 100.0).await;
-            admitted += outcome.admitted.iter().sum::<u64>();
-            bound += outcome.bound;
-        }
-        let seconds = started.elapsed().as_secs_f64();
-        let allowed = 100.0 * seconds + 20.0;
-        assert!(admitted as f64 <= bound, "{admitted} > {bound}");
+            });
+            (drop_one, load[..count - 1].to_vec())
+        });
+        let (offered, admitted, bound) = measure_row(&mut envoys, &load, halfway).await;
         eprintln!(
-            "| {count} | {}{} | {:.2} | {:.2} | {:.2} |",
+            "| {count} | {}{} | {offered:.2} | {admitted:.2} | {bound:.2} |",
             if skewed {
                 "skewed (90 % on one)"
             } else {
                 "even"
             },
             if leave { ", one leaves halfway" } else { "" },
-            200.0 * seconds / allowed,
-            admitted as f64 / allowed,
-            bound / allowed,
         );
         drop(envoys);
     }
@@ -731,19 +771,7 @@ async fn two_gateways_on_one_redis_divide_one_budget_by_demand_and_a_dead_ones_p
     let Some(redis) = crate::support::redis::RedisServer::start("rlqs across two gateways") else {
         return;
     };
-    let rules = format!(
-        "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"rlqs-two:\"\n\
-         timeout = \"500ms\"\n{RULES}",
-        redis.url()
-    );
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (a, address_a) = service(&dir_a, &rules).await;
-    let (b, address_b) = service(&dir_b, &rules).await;
-    let id = bucket(&[("name", "api")]);
-    let mut envoys = Vec::new();
-    for address in [address_a, address_a, address_b, address_b] {
-        envoys.push(Envoy::connect(address, id.clone()).await);
-    }
+    let ([(a, _dir_a), (b, _dir_b)], mut envoys) = two_gateways(&redis, "rlqs-two").await;
     // The busy Envoy is gateway A's: A's part, and that Envoy's share, grow to most of it.
     let outcome = run(&mut envoys, &[1000, 20, 20, 20], 24, 100.0).await;
     let total: u64 = outcome.admitted.iter().sum();
@@ -827,61 +855,34 @@ async fn rlqs_measure_across() {
         .enumerate()
     {
         // Each run on keys of its own: a fresh budget, no claims left from the last.
-        let rules = format!(
-            "[store]\nbackend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"measure{run_number}:\"\n\
-             timeout = \"500ms\"\n{RULES}",
-            redis.url()
-        );
-        let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let (_a, address_a) = service(&dir_a, &rules).await;
-        let (b, address_b) = service(&dir_b, &rules).await;
-        let id = bucket(&[("name", "api")]);
-        let mut envoys = Vec::new();
-        for address in [address_a, address_a, address_b, address_b] {
-            envoys.push(Envoy::connect(address, id.clone()).await);
-        }
+        let ([(_a, _dir_a), b], mut envoys) =
+            two_gateways(&redis, &format!("measure{run_number}")).await;
         // Twice the rate: evenly, or 90 % on one of gateway A's Envoys.
         let load: Vec<u64> = if skewed {
             vec![180, 7, 7, 6]
         } else {
             vec![50; 4]
         };
-        let started = Instant::now();
-        let (mut admitted, mut bound) = (0u64, 0.0);
-        let halves = if dies { [16, 16] } else { [32, 0] };
-        let mut b = Some(b);
-        for (half, rounds) in halves.into_iter().enumerate() {
-            if rounds == 0 {
-                continue;
-            }
-            if half == 1 {
-                // Gateway B dies with its Envoys; A's carry the demand.
-                drop(b.take());
+        // Gateway B dies halfway with its Envoys; A's carry the demand. (B lives to the end
+        // of the row otherwise: only the dying branch moves it.)
+        let halfway: Option<(Halfway, Vec<u64>)> = if dies {
+            let die: Halfway = Box::new(move |envoys| {
+                drop(b);
                 envoys.truncate(2);
-            }
-            let offered: Vec<u64> = if half == 1 {
-                vec![100, 100]
-            } else {
-                load.clone()
-            };
-            let outcome = run(&mut envoys, &offered, rounds, 100.0).await;
-            admitted += outcome.admitted.iter().sum::<u64>();
-            bound += outcome.bound;
-        }
-        let seconds = started.elapsed().as_secs_f64();
-        let allowed = 100.0 * seconds + 20.0;
-        assert!(admitted as f64 <= bound, "{admitted} > {bound}");
+            });
+            Some((die, vec![100, 100]))
+        } else {
+            None
+        };
+        let (offered, admitted, bound) = measure_row(&mut envoys, &load, halfway).await;
         eprintln!(
-            "| 2 × 2 | {}{} | {:.2} | {:.2} | {:.2} |",
+            "| 2 × 2 | {}{} | {offered:.2} | {admitted:.2} | {bound:.2} |",
             if skewed {
                 "skewed (90 % on one of A's)"
             } else {
                 "even"
             },
             if dies { ", gateway B dies halfway" } else { "" },
-            200.0 * seconds / allowed,
-            admitted as f64 / allowed,
-            bound / allowed,
         );
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use super::Inner;
+use super::answer::within;
 use super::owned::OwnedRequest;
 use super::shards::Shard;
 use crate::algorithm::Algorithm;
@@ -86,18 +87,14 @@ impl Inner {
     ) -> Result<T, String> {
         let span = redis_span(1);
         let decided = self.pool.decide(settings, key, args);
-        let answer = tokio::time::timeout(settings.timeout, decided)
+        let answer = within(settings.timeout, decided)
             .instrument(span.clone())
-            .await;
-        let answer = match answer {
-            Ok(Ok(reply)) => {
+            .await
+            .and_then(|reply| {
                 let read = read(&reply).map_err(|error| error.to_string())?;
                 shard.breaker.succeeded();
                 Ok(read)
-            }
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(_) => Err(format!("no answer within {:?}", settings.timeout)),
-        };
+            });
         if let Err(error) = &answer {
             span.record("error.type", error.as_str());
         }

@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 use tracing::Instrument as _;
 
+use super::answer::within;
 use super::scripts::{decision_from, many_args, script_args};
 use super::{OwnedRequest, RedisStore};
 use crate::config::{OnBackendError, RuleId, SyncMode};
@@ -80,19 +81,20 @@ impl RedisStore {
             );
             let span = super::calls::redis_span(keys.len());
             let decided = inner.pool.decide_many(&settings, &keys, &args);
-            let answer = tokio::time::timeout(settings.timeout, decided)
+            let replies = within(settings.timeout, decided)
                 .instrument(span.clone())
-                .await;
-            let replies = match answer {
-                Ok(Ok(replies)) if replies.len() == owned.len() => Ok(replies),
-                Ok(Ok(replies)) => Err(format!(
-                    "the decision script answered {} buckets of {}",
-                    replies.len(),
-                    owned.len()
-                )),
-                Ok(Err(error)) => Err(error.to_string()),
-                Err(_) => Err(format!("no answer within {:?}", settings.timeout)),
-            };
+                .await
+                .and_then(|replies| {
+                    if replies.len() == owned.len() {
+                        Ok(replies)
+                    } else {
+                        Err(format!(
+                            "the decision script answered {} buckets of {}",
+                            replies.len(),
+                            owned.len()
+                        ))
+                    }
+                });
             if let Err(error) = &replies {
                 span.record("error.type", error.as_str());
             }

@@ -63,6 +63,7 @@
 //! # }
 //! ```
 
+mod answer;
 mod breaker;
 mod calls;
 mod caps;
@@ -483,16 +484,7 @@ impl Store for RedisStore {
             let settings = inner.settings.load_full();
             let caller_time = inner.caller_time.load(Ordering::Relaxed);
             let listing = list(&inner.pool, &settings, &query, caller_time);
-            match tokio::time::timeout(settings.timeout.max(Duration::from_secs(2)), listing).await
-            {
-                Ok(Ok(rows)) => Ok(rows),
-                Ok(Err(error)) => Err(StoreError::Unavailable {
-                    reason: error.to_string(),
-                }),
-                Err(_) => Err(StoreError::Unavailable {
-                    reason: "Redis did not answer the listing in time".into(),
-                }),
-            }
+            answer::unavailable_within(settings.timeout.max(Duration::from_secs(2)), listing).await
         })
     }
 

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use super::super::Inner;
+use super::super::answer::unavailable_within;
 use crate::store::{SharedSlot, SlotFuture, StoreError};
 
 /// One lease held: dropping it gives the slot back.
@@ -81,19 +82,7 @@ impl Inner {
             let settings = inner.settings.load_full();
             let args = args("a", &settings, limit, std::slice::from_ref(&id));
             let call = inner.pool.slots(&settings, &key, &args);
-            let reply = match tokio::time::timeout(settings.timeout, call).await {
-                Ok(Ok(reply)) => reply,
-                Ok(Err(error)) => {
-                    return Err(StoreError::Unavailable {
-                        reason: error.to_string(),
-                    });
-                }
-                Err(_) => {
-                    return Err(StoreError::Unavailable {
-                        reason: format!("no answer within {:?}", settings.timeout),
-                    });
-                }
-            };
+            let reply = unavailable_within(settings.timeout, call).await?;
             let (taken, in_flight) = match reply.as_slice() {
                 [taken, in_flight] => (*taken == 1, u32::try_from(*in_flight).unwrap_or(0)),
                 _ => {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::super::RedisStore;
+use super::super::answer::unavailable_within;
 use super::{CLAIMS_PER_CALL, ShareClaim, SharePart, ShareTerms};
 use crate::store::StoreError;
 
@@ -72,22 +73,8 @@ impl RedisStore {
                     claim.part_burst.to_string(),
                 ]);
             }
-            let reply =
-                match tokio::time::timeout(wait, self.inner.pool.shares(&settings, &keys, &args))
-                    .await
-                {
-                    Ok(Ok(reply)) => reply,
-                    Ok(Err(error)) => {
-                        return Err(StoreError::Unavailable {
-                            reason: error.to_string(),
-                        });
-                    }
-                    Err(_) => {
-                        return Err(StoreError::Unavailable {
-                            reason: format!("the shares script did not answer within {wait:?}"),
-                        });
-                    }
-                };
+            let call = self.inner.pool.shares(&settings, &keys, &args);
+            let reply = unavailable_within(wait, call).await?;
             if reply.len() != batch.len() * 3 {
                 return Err(StoreError::Unavailable {
                     reason: format!(
