@@ -19,7 +19,7 @@ use std::sync::Arc;
 use crate::store::{CheckMode, Store, StoreError};
 
 /// What the layer does with one request (`'r`: the request, which the client may borrow).
-pub(crate) enum Plan<'r, F> {
+pub(crate) enum Admission<'r, F> {
     /// No rule, an unlimited one, or one without a rate: pass through without headers,
     /// holding the slot of the rule's concurrency cap if it has one.
     Pass(Option<Box<Permit>>),
@@ -42,7 +42,7 @@ pub(crate) enum Plan<'r, F> {
     Unauthorized(Invalid),
     /// The cap is reached and the rule may wait (`on_limit = "delay"`), or the slot is
     /// asked of a shared store: it comes later, then the rate is checked
-    /// ([`Limits::plan_after_slot`]). Boxed: the common plans stay small.
+    /// ([`Limits::admit_after_slot`]). Boxed: the common admissions stay small.
     Queue {
         index: usize,
         wait: Box<QueuedPermit>,
@@ -248,9 +248,12 @@ impl<St: Store> Limits<St> {
     /// `[identity] on_invalid` says (the layer answers 401 under `"reject"`): the next
     /// client source decides.
     pub fn check_request<B>(&self, request: &Request<B>) -> Option<DecisionFuture<St::Future>> {
-        match self.plan_with(&self.active(), request, false, false) {
-            Plan::Check { decision, .. } => Some(DecisionFuture(decision)),
-            Plan::Pass(_) | Plan::Busy | Plan::Queue { .. } | Plan::Unauthorized(_) => None,
+        match self.admit_with(&self.active(), request, false, false) {
+            Admission::Check { decision, .. } => Some(DecisionFuture(decision)),
+            Admission::Pass(_)
+            | Admission::Busy
+            | Admission::Queue { .. }
+            | Admission::Unauthorized(_) => None,
         }
     }
 
@@ -290,13 +293,13 @@ impl<St: Store> Limits<St> {
         cost: Option<u64>,
         plan: Option<&str>,
     ) -> Result<Decision, StoreError> {
-        self.planned_decision(key, CheckMode::Consume, cost, self.now(), plan)
+        self.decide_key(key, CheckMode::Consume, cost, self.now(), plan)
             .await
     }
 
     /// [`peek`](Self::peek) as if the client were on `plan` (`None`: as `[plans]` says).
     pub async fn peek_plan(&self, key: &str, plan: Option<&str>) -> Result<Decision, StoreError> {
-        self.planned_decision(key, CheckMode::Peek, None, self.now(), plan)
+        self.decide_key(key, CheckMode::Peek, None, self.now(), plan)
             .await
     }
 
@@ -341,10 +344,10 @@ impl<St: Store> Limits<St> {
         cost: Option<u64>,
         at: Timestamp,
     ) -> Result<Decision, StoreError> {
-        self.planned_decision(key, mode, cost, at, None).await
+        self.decide_key(key, mode, cost, at, None).await
     }
 
-    async fn planned_decision(
+    async fn decide_key(
         &self,
         key: &str,
         mode: CheckMode,
@@ -387,42 +390,42 @@ impl<St: Store> Limits<St> {
 
     /// Resolves `request` against `rules`, takes a slot under the rule's concurrency cap
     /// and starts its rate check: the whole per-request decision, reading the clock once.
-    pub(crate) fn plan<'r, B>(
+    pub(crate) fn admit<'r, B>(
         &self,
         rules: &Arc<Active>,
         request: &'r Request<B>,
-    ) -> Plan<'r, Deciding<St::Future>> {
-        self.plan_with(rules, request, true, true)
+    ) -> Admission<'r, Deciding<St::Future>> {
+        self.admit_with(rules, request, true, true)
     }
 
-    /// The rate check of a request that has waited for its slot (`Plan::Queue`).
-    pub(crate) fn plan_after_slot<'r, B>(
+    /// The rate check of a request that has waited for its slot (`Admission::Queue`).
+    pub(crate) fn admit_after_slot<'r, B>(
         &self,
         rules: &Arc<Active>,
         index: usize,
         request: &'r Request<B>,
         permit: Permit,
-    ) -> Plan<'r, Deciding<St::Future>> {
+    ) -> Admission<'r, Deciding<St::Future>> {
         let client = Client::identify(request, rules.client_settings());
         let Some(rule) = rules.rule(index) else {
-            return Plan::Pass(Some(Box::new(permit)));
+            return Admission::Pass(Some(Box::new(permit)));
         };
-        self.plan_rate(rules, index, rule, request, client, Some(Box::new(permit)))
+        self.admit_rate(rules, index, rule, request, client, Some(Box::new(permit)))
     }
 
-    fn plan_with<'r, B>(
+    fn admit_with<'r, B>(
         &self,
         rules: &Arc<Active>,
         request: &'r Request<B>,
         concurrency: bool,
         reject_invalid: bool,
-    ) -> Plan<'r, Deciding<St::Future>> {
+    ) -> Admission<'r, Deciding<St::Future>> {
         let (client, invalid) = Client::identify_checked(request, rules.client_settings());
         if let Some(invalid) = invalid {
             let on_invalid = rules.client_settings().on_invalid;
             metrics::counter!("tollgate_invalid_credentials_total", "reason" => invalid.reason(), "action" => on_invalid.as_str()).increment(1);
             if reject_invalid && on_invalid == OnInvalid::Reject {
-                return Plan::Unauthorized(invalid);
+                return Admission::Unauthorized(invalid);
             }
         }
         let settings = rules.route_settings();
@@ -434,7 +437,7 @@ impl<St: Store> Limits<St> {
         let found = rules.resolve_with(&route, || client.segment(&mut buffer).into());
         let Some((mut index, mut rule)) = found.and_then(|index| Some((index, rules.rule(index)?)))
         else {
-            return Plan::Pass(None);
+            return Admission::Pass(None);
         };
         if rule.has_plans() {
             let plan = rules
@@ -445,7 +448,7 @@ impl<St: Store> Limits<St> {
                 .map(|(plan, _)| plan);
             index = rules.plan_index(index, plan.as_deref());
             let Some(variant) = rules.rule(index) else {
-                return Plan::Pass(None);
+                return Admission::Pass(None);
             };
             rule = variant;
         }
@@ -454,21 +457,21 @@ impl<St: Store> Limits<St> {
                 Entry::Free => None,
                 Entry::Now(permit) => Some(Box::new(permit)),
                 Entry::Queued(wait) => {
-                    return Plan::Queue {
+                    return Admission::Queue {
                         index,
                         wait: Box::new(wait),
                     };
                 }
-                Entry::Full => return Plan::Busy,
+                Entry::Full => return Admission::Busy,
             }
         } else {
             None
         };
-        self.plan_rate(rules, index, rule, request, client, permit)
+        self.admit_rate(rules, index, rule, request, client, permit)
     }
 
-    /// The rate half of a plan, holding `permit` (the concurrency half's slot) throughout.
-    fn plan_rate<'r, B>(
+    /// The rate half of an admission, holding `permit` (the concurrency half's slot) throughout.
+    fn admit_rate<'r, B>(
         &self,
         rules: &Arc<Active>,
         index: usize,
@@ -476,7 +479,7 @@ impl<St: Store> Limits<St> {
         request: &Request<B>,
         client: Client<'r>,
         permit: Option<Box<Permit>>,
-    ) -> Plan<'r, Deciding<St::Future>> {
+    ) -> Admission<'r, Deciding<St::Future>> {
         let cost = request.extensions().get::<RequestCost>().map(|cost| cost.0);
         let now = self.shared.clock.now();
         let counts_status = matches!(
@@ -504,7 +507,7 @@ impl<St: Store> Limits<St> {
                 .or_else(|| super::estimate::estimate(rules, index, rule, BodySeen::of(request)));
             match self.start_check(rule, &client, mode, own_cost, now) {
                 Some(decision) => Deciding::One(decision),
-                None => return Plan::Pass(permit),
+                None => return Admission::Pass(permit),
             }
         } else {
             // Several limits: the rule's own bucket (looked at only, for a `count_status`
@@ -514,7 +517,7 @@ impl<St: Store> Limits<St> {
                 own.peek = true;
             }
             if draws.is_empty() {
-                return Plan::Pass(permit);
+                return Admission::Pass(permit);
             }
             if let Some(own) = draws.first().filter(|d| d.index == index) {
                 own_cost = Some(own.cost);
@@ -550,7 +553,7 @@ impl<St: Store> Limits<St> {
             also: also_reserved,
             model,
         });
-        Plan::Check {
+        Admission::Check {
             index,
             decision,
             charge,

@@ -32,7 +32,7 @@ use super::upgrade::hand_to_upgrade;
 use crate::clock::Timestamp;
 use crate::concurrency::Permit;
 use crate::key::Client;
-use crate::limits::{Active, Deciding, Limits, Plan, QueuedPermit};
+use crate::limits::{Active, Admission, Deciding, Limits, QueuedPermit};
 use crate::store::Store;
 
 pin_project! {
@@ -364,8 +364,8 @@ where
                         let response = refusal_for(busy(rules.response()), &request);
                         return Poll::Ready(Ok(response.map(K::refused)));
                     };
-                    match limits.plan_after_slot(&rules, index, &request, permit) {
-                        Plan::Check {
+                    match limits.admit_after_slot(&rules, index, &request, permit) {
+                        Admission::Check {
                             decision,
                             charge,
                             permit,
@@ -382,13 +382,13 @@ where
                                 .state,
                             );
                         }
-                        Plan::Pass(permit) => {
+                        Admission::Pass(permit) => {
                             let calling =
                                 Self::calling(Owned(service), request, None, None, permit);
                             state.set(calling.state);
                         }
                         // A rate check after a slot never asks for another slot.
-                        Plan::Busy | Plan::Queue { .. } | Plan::Unauthorized(_) => {
+                        Admission::Busy | Admission::Queue { .. } | Admission::Unauthorized(_) => {
                             let response = refusal_for(busy(rules.response()), &request);
                             return Poll::Ready(Ok(response.map(K::refused)));
                         }

@@ -49,7 +49,7 @@ use super::ready::{InPlace, ReadyService as _};
 use super::response::{busy, refusal_for, unauthorized};
 use super::trace::DecisionSpan;
 use crate::key::{Invalid, Verified};
-use crate::limits::{Limits, Plan};
+use crate::limits::{Admission, Limits};
 use crate::store::{MemoryStore, Store};
 
 /// A service behind rate limits. Made by [`RateLimitLayer`](crate::RateLimitLayer).
@@ -168,9 +168,9 @@ where
             }
             request.extensions_mut().insert(verified);
         }
-        let (outcome, charge, permit) = match self.limits.plan(&rules, &request) {
-            Plan::Pass(permit) => (Outcome::Admit(None), None, permit),
-            Plan::Check {
+        let (outcome, charge, permit) = match self.limits.admit(&rules, &request) {
+            Admission::Pass(permit) => (Outcome::Admit(None), None, permit),
+            Admission::Check {
                 index,
                 mut decision,
                 charge,
@@ -198,15 +198,15 @@ where
                 // A refusal drops the permit: a request refused by the rate takes no slot.
                 (outcome, charge, permit)
             }
-            Plan::Busy => {
+            Admission::Busy => {
                 let refusal = refusal_for(busy(rules.response()), &request);
                 return ResponseFuture::rejected(refusal);
             }
-            Plan::Unauthorized(invalid) => {
+            Admission::Unauthorized(invalid) => {
                 let refusal = refusal_for(unauthorized(invalid), &request);
                 return ResponseFuture::rejected(refusal);
             }
-            Plan::Queue { index, wait } => {
+            Admission::Queue { index, wait } => {
                 // A local queue waits max_delay; a shared store's answer is bounded by its own
                 // timeout, so the minute here never runs out first.
                 let max_wait = rules
