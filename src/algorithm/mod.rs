@@ -117,6 +117,63 @@ pub(crate) fn keep_most_restrictive(described: &mut Option<Decision>, candidate:
     }
 }
 
+/// A counted decision — a window's or a ring of sub-windows' — described quota by quota:
+/// the most restrictive quota speaks, with the latest reset of them all.
+#[derive(Default)]
+pub(crate) struct Counted {
+    described: Option<Decision>,
+    reset: u64,
+}
+
+impl Counted {
+    /// Quota `index`, which counts `used` in units of `scale` (its estimate, scaled) after
+    /// a request of `cost` was `allowed` or not; `until_at_most(n)` is how long (ns) until
+    /// it counts at most `n`.
+    pub(crate) fn quota(
+        &mut self,
+        index: usize,
+        quota: &crate::Quota,
+        allowed: bool,
+        (used, scale): (u128, u128),
+        cost: u64,
+        until_at_most: impl Fn(i128) -> u64,
+    ) {
+        let limit = u64::from(quota.rate().count());
+        let remaining = (u128::from(limit) * scale).saturating_sub(used) / scale.max(1);
+        let remaining = u64::try_from(remaining).unwrap_or(u64::MAX);
+        let next = if remaining >= limit {
+            0
+        } else {
+            until_at_most(i128::from(limit) - i128::from(remaining) - 1)
+        };
+        let retry = if allowed {
+            0
+        } else {
+            until_at_most(i128::from(limit) - i128::from(cost))
+        };
+        self.reset = self.reset.max(until_at_most(0));
+        let candidate = Decision::counted(
+            allowed,
+            u32::try_from(index).unwrap_or(u32::MAX),
+            limit,
+            // The quota's period as written (a calendar month is nominally 30 days).
+            quota.period_nanos(),
+            remaining,
+            next,
+            retry,
+            0,
+        );
+        keep_most_restrictive(&mut self.described, candidate);
+    }
+
+    /// The rule's decision: the most restrictive quota's, or unlimited without quotas.
+    pub(crate) fn decision(self) -> Decision {
+        let reset = self.reset;
+        self.described
+            .map_or(Decision::unlimited(), |decision| decision.with_reset(reset))
+    }
+}
+
 /// Which of two quotas' figures a client should see: on a denial the longer wait,
 /// otherwise fewer tokens left (then the longer wait for the next one).
 fn more_restrictive(candidate: &Decision, current: &Decision) -> bool {

@@ -162,12 +162,10 @@ pub(crate) fn decide(
             ring.scaled(j, e) + u128::from(cost) * u128::from(ring.r) <= limit
         });
     let take = mode.takes(allowed);
-    let mut described: Option<Decision> = None;
-    let mut reset = 0;
+    let mut counted = super::Counted::default();
     for (index, ((ring, quota), &(j, e))) in
         rings.iter_mut().zip(quotas).zip(&positions).enumerate()
     {
-        let limit = u64::from(quota.rate().count());
         let cost = super::quota_cost(quota, cost, mode);
         if mode != CheckMode::Peek {
             let counted = ring.roll(j);
@@ -176,38 +174,22 @@ pub(crate) fn decide(
                 ring.words[slot] = ring.words[slot].saturating_add(cost);
             }
         }
-        let r = u128::from(ring.r);
         let scaled = if mode == CheckMode::Peek {
             ring.scaled(j, e)
         } else {
             ring.scaled(ring.newest(), e)
         };
-        let remaining = (u128::from(limit) * r).saturating_sub(scaled) / r;
-        let remaining = u64::try_from(remaining).unwrap_or(u64::MAX);
-        let next = if remaining >= limit {
-            0
-        } else {
-            ring.until_at_most(i128::from(limit) - i128::from(remaining) - 1, j, now)
-        };
-        let retry = if allowed {
-            0
-        } else {
-            ring.until_at_most(i128::from(limit) - i128::from(cost), j, now)
-        };
-        reset = reset.max(ring.until_at_most(0, j, now));
-        let candidate = Decision::counted(
+        let ring = &*ring;
+        counted.quota(
+            index,
+            quota,
             allowed,
-            u32::try_from(index).unwrap_or(u32::MAX),
-            limit,
-            quota.period_nanos(),
-            remaining,
-            next,
-            retry,
-            0,
+            (scaled, u128::from(ring.r)),
+            cost,
+            |n| ring.until_at_most(n, j, now),
         );
-        super::keep_most_restrictive(&mut described, candidate);
     }
-    described.map_or(Decision::unlimited(), |decision| decision.with_reset(reset))
+    counted.decision()
 }
 
 /// Nanoseconds from `now` until every ring is empty of counts inside its period.

@@ -155,12 +155,10 @@ pub(crate) fn decide(
     });
     let take = mode.takes(allowed);
 
-    let mut described: Option<Decision> = None;
-    let mut reset = 0;
+    let mut counted = super::Counted::default();
     for (index, (slot, quota)) in counters.iter_mut().zip(quotas).enumerate() {
         let (window, period) = quota.window_at(now);
         let (mut counter, elapsed) = slot.at(now, window, period, quota.calendar().is_some());
-        let limit = u64::from(quota.rate().count());
         let cost = super::quota_cost(quota, cost, mode);
         if take {
             counter.current = counter.current.saturating_add(cost);
@@ -169,39 +167,16 @@ pub(crate) fn decide(
             *slot = counter;
         }
         let used = counter.scaled_estimate(kind, elapsed, period);
-        let remaining =
-            (u128::from(limit) * u128::from(period)).saturating_sub(used) / u128::from(period);
-        let remaining = u64::try_from(remaining).unwrap_or(u64::MAX);
-        let next = if remaining >= limit {
-            0
-        } else {
-            counter.time_until_at_most(
-                kind,
-                i128::from(limit) - i128::from(remaining) - 1,
-                now,
-                period,
-            )
-        };
-        let retry = if allowed {
-            0
-        } else {
-            counter.time_until_at_most(kind, i128::from(limit) - i128::from(cost), now, period)
-        };
-        reset = reset.max(counter.time_until_at_most(kind, 0, now, period));
-        let candidate = Decision::counted(
+        counted.quota(
+            index,
+            quota,
             allowed,
-            u32::try_from(index).unwrap_or(u32::MAX),
-            limit,
-            // The quota's period as written (a calendar month is nominally 30 days).
-            quota.period_nanos(),
-            remaining,
-            next,
-            retry,
-            0,
+            (used, u128::from(period)),
+            cost,
+            |n| counter.time_until_at_most(kind, n, now, period),
         );
-        super::keep_most_restrictive(&mut described, candidate);
     }
-    described.map_or(Decision::unlimited(), |decision| decision.with_reset(reset))
+    counted.decision()
 }
 
 #[cfg(test)]

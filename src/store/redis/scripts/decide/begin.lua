@@ -87,6 +87,23 @@ local function qc(i)
   end
   return cost
 end
+-- One counted quota's figures (a window's, or a ring of sub-windows'): appends remaining,
+-- next and retry (ns) to reply and returns the reset so far, the latest time until a quota
+-- counts nothing (NEVER wins). used is its estimate in units of scale; until_at_most(o, n,
+-- x) the nanoseconds until o (with x) counts at most n.
+local function describe_counted(reply, reset, limit, used, scale, cost, allowed, until_at_most, o, x)
+  local remaining = math.floor(math.max(limit * scale - used, 0) / scale)
+  local next = 0
+  if remaining < limit then next = until_at_most(o, limit - remaining - 1, x) end
+  local retry = 0
+  if not allowed then retry = until_at_most(o, limit - cost, x) end
+  local full = until_at_most(o, 0, x)
+  if full == NEVER then reset = NEVER elseif reset ~= NEVER then reset = math.max(reset, full) end
+  reply[#reply + 1] = remaining
+  reply[#reply + 1] = next
+  reply[#reply + 1] = retry
+  return reset
+end
 local n = tonumber(ARGV[6])
 local q = {}
 for i = 1, n do

@@ -234,16 +234,8 @@ else
     local c, e = roll(s[i], i)
     if take then c.z = c.z + qc(i) end
     if mode ~= "p" then s[i] = c end
-    local remaining = math.floor(math.max(limit * p - scaled(c, e, p), 0) / p)
-    local next = 0
-    if remaining < limit then next = until_at_most(c, limit - remaining - 1, p) end
-    local retry = 0
-    if not allowed then retry = until_at_most(c, limit - qc(i), p) end
-    local full = until_at_most(c, 0, p)
-    if full == NEVER then reset = NEVER elseif reset ~= NEVER then reset = math.max(reset, full) end
-    reply[#reply + 1] = remaining
-    reply[#reply + 1] = next
-    reply[#reply + 1] = retry
+    reset = describe_counted(reply, reset, limit, scaled(c, e, p), p, qc(i), allowed,
+      until_at_most, c, p)
   end
 end
 

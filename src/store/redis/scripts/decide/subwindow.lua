@@ -113,16 +113,8 @@ if alg == "r" then
         ring.c[slot] = ring.c[slot] + qc(i)
       end
     end
-    local remaining = math.floor(math.max(limit * ring.r - scaled(ring, j, e), 0) / ring.r)
-    local next = 0
-    if remaining < limit then next = until_at_most(ring, limit - remaining - 1, j) end
-    local retry = 0
-    if not allowed then retry = until_at_most(ring, limit - qc(i), j) end
-    local full = until_at_most(ring, 0, j)
-    if full == NEVER then reset = NEVER elseif reset ~= NEVER then reset = math.max(reset, full) end
-    reply[#reply + 1] = remaining
-    reply[#reply + 1] = next
-    reply[#reply + 1] = retry
+    reset = describe_counted(reply, reset, limit, scaled(ring, j, e), ring.r, qc(i), allowed,
+      until_at_most, ring, j)
   end
   if mode ~= "p" then
     local parts = { "r", tostring(n) }
