@@ -360,18 +360,9 @@ impl Identity {
 
 /// Reads one key table into `keys`: rows of digest = { id, plan }, later rows overriding.
 fn read_table(source: &SourceText, keys: &mut ApiKeys, diagnostics: &mut Vec<Diagnostic>) {
-    let rows = match toml::de::DeTable::parse(&source.text) {
-        Ok(rows) => rows.into_inner(),
-        Err(error) => {
-            diagnostics.push(source.at(
-                error.span().unwrap_or(0..0),
-                format!(
-                    "{} (a key table is rows of \"SHA-256 hex digest\" = {{ id = \"...\" }})",
-                    error.message().trim_end()
-                ),
-            ));
-            return;
-        }
+    let shape = "a key table is rows of \"SHA-256 hex digest\" = { id = \"...\" }";
+    let Some(rows) = super::members::rows(source, shape, diagnostics) else {
+        return;
     };
     keys.reserve(rows.len());
     let before = diagnostics.len();

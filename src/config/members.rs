@@ -230,3 +230,23 @@ pub(super) fn texts_of<'t>(
     }
     ordered
 }
+
+/// A membership source's rows — a plan's members, an API key table — read as the parser's
+/// own borrowed table (no second copy of a million rows). Text that does not parse is a
+/// diagnostic at its place saying what such a table holds (`shape`), and no rows.
+pub(super) fn rows<'t>(
+    source: &'t SourceText,
+    shape: &str,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<toml::de::DeTable<'t>> {
+    match toml::de::DeTable::parse(&source.text) {
+        Ok(rows) => Some(rows.into_inner()),
+        Err(error) => {
+            diagnostics.push(source.at(
+                error.span().unwrap_or(0..0),
+                format!("{} ({shape})", error.message().trim_end()),
+            ));
+            None
+        }
+    }
+}

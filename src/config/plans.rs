@@ -279,19 +279,9 @@ impl Plans {
 impl Members {
     /// Reads one membership table: `"identity" = "plan"` rows, later rows overriding.
     fn read(&mut self, source: &SourceText, diagnostics: &mut Vec<Diagnostic>) {
-        // Read as the parser's own borrowed table: no second copy of a million rows.
-        let rows = match toml::de::DeTable::parse(&source.text) {
-            Ok(rows) => rows.into_inner(),
-            Err(error) => {
-                diagnostics.push(source.at(
-                    error.span().unwrap_or(0..0),
-                    format!(
-                        "{} (a membership table is rows of \"identity\" = \"plan\")",
-                        error.message().trim_end()
-                    ),
-                ));
-                return;
-            }
+        let shape = "a membership table is rows of \"identity\" = \"plan\"";
+        let Some(rows) = super::members::rows(source, shape, diagnostics) else {
+            return;
         };
         self.by_identity.reserve(rows.len());
         let before = diagnostics.len();
