@@ -101,6 +101,26 @@ impl Inner {
         answer
     }
 
+    /// [`decide_in_redis`](Self::decide_in_redis), and on a failure the failure counted
+    /// ([`call_failed`](Self::call_failed)) and `fallback`'s decision instead.
+    pub(super) async fn decide_or_else(
+        self: &Arc<Self>,
+        shard: &Shard,
+        settings: &RedisSettings,
+        key: &str,
+        args: &[String],
+        read: impl FnOnce(&[i64]) -> Result<Decision, StoreError>,
+        fallback: impl FnOnce(&Self) -> Decision,
+    ) -> Decision {
+        match self.decide_in_redis(shard, settings, key, args, read).await {
+            Ok(decision) => decision,
+            Err(failure) => {
+                self.call_failed(shard, settings, &failure);
+                fallback(self)
+            }
+        }
+    }
+
     /// A call to Redis for `shard` failed: the breaker counts it, it is reported, and on a
     /// cluster the slot table is read again soon.
     pub(super) fn call_failed(

@@ -428,22 +428,12 @@ impl Store for RedisStore {
             let shaping = held.then_some(&owned.shaping);
             let read =
                 |reply: &[i64]| decision_from(reply, owned.algorithm, &owned.quotas, shaping);
-            match inner
-                .decide_in_redis(&shard, &settings, &key, &args, read)
-                .await
-            {
-                Ok(decision) => Ok(decision),
-                Err(failure) => {
-                    inner.call_failed(&shard, &settings, &failure);
-                    Ok(
-                        inner.fallback(
-                            &owned,
-                            settings.on_backend_error,
-                            settings.breaker_cooldown,
-                        ),
-                    )
-                }
-            }
+            let fallback = |inner: &Inner| {
+                inner.fallback(&owned, settings.on_backend_error, settings.breaker_cooldown)
+            };
+            Ok(inner
+                .decide_or_else(&shard, &settings, &key, &args, read, fallback)
+                .await)
         })
     }
 

@@ -185,16 +185,11 @@ impl Inner {
             return Box::pin(async move {
                 let read =
                     |reply: &[i64]| decision_from(reply, owned.algorithm, &owned.quotas, None);
-                match inner
-                    .decide_in_redis(&shard, &settings, &key, &args, read)
-                    .await
-                {
-                    Ok(decision) => Ok(decision),
-                    Err(failure) => {
-                        inner.call_failed(&shard, &settings, &failure);
-                        Ok(inner.hybrid_fallback(&key, &owned, &settings, false))
-                    }
-                }
+                let fallback =
+                    |inner: &Inner| inner.hybrid_fallback(&key, &owned, &settings, false);
+                Ok(inner
+                    .decide_or_else(&shard, &settings, &key, &args, read, fallback)
+                    .await)
             });
         }
         Box::pin(async move {
