@@ -104,6 +104,21 @@ local function describe_counted(reply, reset, limit, used, scale, cost, allowed,
   reply[#reply + 1] = retry
   return reset
 end
+-- Keeps the state `parts` for `keep` microseconds (a millisecond at least), or, with
+-- nothing to keep, deletes a stored one: a full bucket is a missing one.
+local function keep_state(parts, keep, stored)
+  if keep > 0 then
+    redis.call("SET", KEYS[1], table.concat(parts, " "), "PX", math.max(math.ceil(keep / 1000), 1))
+  elseif stored then
+    redis.call("DEL", KEYS[1])
+  end
+end
+-- The reply, headed by allowed (1/0) and the reset (ns).
+local function headed(reply, allowed, reset)
+  table.insert(reply, 1, reset)
+  table.insert(reply, 1, allowed and 1 or 0)
+  return reply
+end
 local n = tonumber(ARGV[6])
 local q = {}
 for i = 1, n do

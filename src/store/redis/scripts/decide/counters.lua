@@ -265,15 +265,10 @@ if mode ~= "p" then
     refills = math.max(refills, left)
     parts[#parts + 1] = string.format("%.17g %.17g %.17g %.17g", p, s[i].x, s[i].y, s[i].z)
   end
-  if refills > 0 then
-    redis.call("SET", KEYS[1], table.concat(parts, " "), "PX", math.max(math.ceil(refills / 1000), 1))
-  elseif stored then
-    redis.call("DEL", KEYS[1])
-  end
+  keep_state(parts, refills, stored)
 end
 
-table.insert(reply, 1, reset)
-table.insert(reply, 1, allowed and 1 or 0)
+headed(reply, allowed, reset)
 if mode == "l" then reply[#reply + 1] = leased end
 return reply
 end

@@ -85,8 +85,6 @@ if alg == "L" then
     local ms = math.ceil(((tonumber(newest[2]) + longest - now) * 1000 - now_ns) / 1000000)
     redis.call("PEXPIRE", key, math.max(ms, 1))
   end
-  table.insert(reply, 1, reset)
-  table.insert(reply, 1, allowed and 1 or 0)
-  return reply
+  return headed(reply, allowed, reset)
 end
 

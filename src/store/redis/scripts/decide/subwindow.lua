@@ -129,14 +129,8 @@ if alg == "r" then
       end
       if any then keep = math.max(keep, (ring.newest + 1) * ring.r + ring.p - now) end
     end
-    if keep > 0 then
-      redis.call("SET", KEYS[1], table.concat(parts, " "), "PX", math.max(math.ceil(keep / 1000), 1))
-    elseif stored then
-      redis.call("DEL", KEYS[1])
-    end
+    keep_state(parts, keep, stored)
   end
-  table.insert(reply, 1, reset)
-  table.insert(reply, 1, allowed and 1 or 0)
-  return reply
+  return headed(reply, allowed, reset)
 end
 
