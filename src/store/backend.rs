@@ -33,13 +33,13 @@ use super::redis::{RedisFuture, RedisStore};
 /// The store `[store] backend` names.
 ///
 /// ```
-/// use tollgate::store::BackendStore;
+/// use tollgate::store::{BackendStore, Store as _};
 /// use tollgate::Limits;
 ///
 /// let limits = Limits::builder()
 ///     .store(BackendStore::new())
 ///     .from_toml("[limits]\n\"/\" = \"10/s\"\n")?;
-/// assert!(limits.store().redis().is_none(), "no backend named: memory");
+/// assert_eq!(limits.store().kind(), "memory", "no backend named: memory");
 /// # Ok::<(), tollgate::config::ConfigError>(())
 /// ```
 #[derive(Debug, Default)]
@@ -78,16 +78,10 @@ impl BackendStore {
         self.disk.get()
     }
 
-    /// The Redis store, when that is the backend.
+    /// The Redis store, when that is the backend (feature `redis`).
     #[cfg(feature = "redis")]
     pub fn redis(&self) -> Option<&RedisStore> {
         self.redis.get()
-    }
-
-    /// The Redis store, when that is the backend (never, in a build without `redis`).
-    #[cfg(not(feature = "redis"))]
-    pub fn redis(&self) -> Option<&MemoryStore> {
-        None
     }
 }
 
