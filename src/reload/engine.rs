@@ -595,3 +595,104 @@ fn register_counters(sources: &[ConfigSource]) {
         metrics::counter!("tollgate_config_fetch_errors_total").increment(0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// A limiter's side of a reload, and no more: the rules in force, and what was retired.
+    struct Installed {
+        rules: Mutex<Arc<RuleSet>>,
+        installs: Mutex<u32>,
+    }
+
+    impl Target for Installed {
+        fn current(&self) -> Arc<RuleSet> {
+            Arc::clone(&self.rules.lock())
+        }
+
+        fn install(&self, next: RuleSet, _retired: &[RuleId]) {
+            *self.rules.lock() = Arc::new(next);
+            *self.installs.lock() += 1;
+        }
+    }
+
+    /// A reloader over one file holding `text`, opened and applied as a limiter does.
+    fn opened(text: &str) -> (tempfile::TempDir, PathBuf, Reloader, Installed) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("limits.toml");
+        std::fs::write(&path, text).unwrap();
+        let (reloader, texts) = Reloader::open(vec![ConfigSource::File(path.clone())]).unwrap();
+        let rules = reloader.compile(&texts, None).unwrap();
+        reloader.opened(&rules);
+        let target = Installed {
+            rules: Mutex::new(Arc::new(rules)),
+            installs: Mutex::new(0),
+        };
+        (dir, path, reloader, target)
+    }
+
+    #[test]
+    fn a_changed_file_is_installed_and_an_unchanged_one_is_not() {
+        let (_dir, path, reloader, target) = opened("[limits]\nlogin = \"5/min\"\n");
+        assert!(matches!(
+            reloader.reload(Trigger::Files, &target),
+            Ok(Reloaded::Unchanged)
+        ));
+        assert_eq!(
+            *target.installs.lock(),
+            0,
+            "the same text is not compiled again"
+        );
+        std::fs::write(&path, "[limits]\nlogin = \"20/min\"\n").unwrap();
+        let Ok(Reloaded::Applied { generation }) = reloader.reload(Trigger::Files, &target) else {
+            panic!("a changed file applies");
+        };
+        assert_eq!(*target.installs.lock(), 1);
+        assert_eq!(target.current().generation(), generation);
+        let login = target.current();
+        let summary = login.get("login").map(|rule| rule.summary());
+        assert!(
+            summary.as_deref().is_some_and(|s| s.starts_with("20/1m")),
+            "{summary:?}"
+        );
+        let status = reloader.status(generation);
+        let last = status.history.front().expect("the reload is remembered");
+        assert_eq!((last.trigger, last.generation), ("file", generation));
+        assert_eq!(last.sources, [path]);
+    }
+
+    #[test]
+    fn an_invalid_save_changes_nothing_and_is_not_compiled_again_until_forced() {
+        let (_dir, path, reloader, target) = opened("[limits]\nlogin = \"5/min\"\n");
+        let before = target.current().generation();
+        std::fs::write(&path, "[limits]\nlogin = \"5/fortnight\"\n").unwrap();
+        let refused = reloader.reload(Trigger::Files, &target);
+        assert!(
+            matches!(refused, Err(ConfigError::Invalid(_))),
+            "{refused:?}"
+        );
+        assert_eq!(*target.installs.lock(), 0, "the old rules keep serving");
+        assert_eq!(target.current().generation(), before);
+        assert!(
+            reloader.status(before).last_error.is_some(),
+            "and it says why"
+        );
+        // The same refused text is not compiled (nor reported) again on the next event…
+        assert!(matches!(
+            reloader.reload(Trigger::Files, &target),
+            Ok(Reloaded::Unchanged)
+        ));
+        // …unless someone asks.
+        assert!(reloader.reload(Trigger::Forced, &target).is_err());
+        // Put back as it was: nothing to apply, and the error is gone.
+        std::fs::write(&path, "[limits]\nlogin = \"5/min\"\n").unwrap();
+        assert!(matches!(
+            reloader.reload(Trigger::Files, &target),
+            Ok(Reloaded::Unchanged)
+        ));
+        assert!(reloader.status(before).last_error.is_none());
+    }
+}
