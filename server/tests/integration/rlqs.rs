@@ -234,6 +234,15 @@ struct Outcome {
     bound: f64,
 }
 
+impl Outcome {
+    /// What was admitted in all, asserted within the bound.
+    fn within_bound(&self) -> u64 {
+        let total: u64 = self.admitted.iter().sum();
+        assert!(total as f64 <= self.bound, "{self:?}");
+        total
+    }
+}
+
 /// Runs `envoys` for `rounds` reporting intervals, each offering `load[i]` requests a
 /// second, under a rule of `rate` a second.
 async fn run(envoys: &mut [Envoy], load: &[u64], rounds: u32, rate: f64) -> Outcome {
@@ -289,8 +298,7 @@ async fn one_budget_divided_by_demand_stays_within_the_bound_and_follows_a_shift
     }
     // Skewed: one busy Envoy, three quiet ones; all offer more than the budget together.
     let outcome = run(&mut envoys, &[1000, 20, 20, 20], 16, 100.0).await;
-    let total: u64 = outcome.admitted.iter().sum();
-    assert!(total as f64 <= outcome.bound, "{outcome:?}");
+    let total = outcome.within_bound();
     assert!(
         total as f64 >= 0.7 * 100.0 * 4.0,
         "the budget is used: {outcome:?}"
@@ -338,10 +346,7 @@ async fn one_budget_divided_by_demand_stays_within_the_bound_and_follows_a_shift
 
     // The demand shifts to Envoy 1: within a few intervals it has the larger share.
     let outcome = run(&mut envoys, &[0, 1000, 20, 20], 8, 100.0).await;
-    assert!(
-        outcome.admitted.iter().sum::<u64>() as f64 <= outcome.bound,
-        "{outcome:?}"
-    );
+    outcome.within_bound();
     let (was_busy, now_busy) = (envoys[0].share().unwrap().0, envoys[1].share().unwrap().0);
     assert!(
         now_busy > was_busy * 2.0,
@@ -366,8 +371,7 @@ async fn eight_envoys_share_evenly_and_a_departed_envoys_share_returns_after_its
         envoys.push(Envoy::connect(address, id.clone()).await);
     }
     let outcome = run(&mut envoys, &[200; 8], 12, 100.0).await;
-    let total: u64 = outcome.admitted.iter().sum();
-    assert!(total as f64 <= outcome.bound, "{outcome:?}");
+    outcome.within_bound();
     let shares = rates(&envoys);
     assert_eq!(shares.len(), 8, "every Envoy has a share");
     // Even (12.5 each), give or take the twentieth of the rate (5) a share must move
@@ -774,8 +778,7 @@ async fn two_gateways_on_one_redis_divide_one_budget_by_demand_and_a_dead_ones_p
     let ([(a, _dir_a), (b, _dir_b)], mut envoys) = two_gateways(&redis, "rlqs-two").await;
     // The busy Envoy is gateway A's: A's part, and that Envoy's share, grow to most of it.
     let outcome = run(&mut envoys, &[1000, 20, 20, 20], 24, 100.0).await;
-    let total: u64 = outcome.admitted.iter().sum();
-    assert!(total as f64 <= outcome.bound, "{outcome:?}");
+    let total = outcome.within_bound();
     assert!(
         total as f64 >= 0.6 * 100.0 * 6.0,
         "the budget is used: {outcome:?}"
@@ -805,10 +808,7 @@ async fn two_gateways_on_one_redis_divide_one_budget_by_demand_and_a_dead_ones_p
 
     // The demand moves to gateway B's first Envoy: the parts follow, never overlapping.
     let outcome = run(&mut envoys, &[0, 20, 1000, 20], 32, 100.0).await;
-    assert!(
-        outcome.admitted.iter().sum::<u64>() as f64 <= outcome.bound,
-        "{outcome:?}"
-    );
+    outcome.within_bound();
     let (was_busy, now_busy) = (envoys[0].share().unwrap().0, envoys[2].share().unwrap().0);
     assert!(
         now_busy > 50.0 && now_busy > was_busy * 2.0,

@@ -237,25 +237,36 @@ const PARENT: &str = "00f067aa0ba902b7";
 /// The gateway, proxying to `upstream`, exporting to `endpoint`; `api` allows one request
 /// a minute.
 fn gateway(dir: &tempfile::TempDir, endpoint: &str, upstream: SocketAddr) -> ServiceProcess {
-    let config = dir.path().join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
+    gateway_with(
+        dir,
+        &format!(
             "[limits]\napi = \"1/min\"\n[telemetry]\notlp_endpoint = \"{endpoint}\"\nservice_name = \"edge-test\"\n"
         ),
-    )
-    .unwrap();
-    ServiceProcess::start(
-        &[
-            "--config",
-            &config.display().to_string(),
-            "--upstream",
-            &format!("http://{upstream}"),
-        ],
+        upstream,
         &[
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
             ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
         ],
+    )
+}
+
+/// The gateway with `config` (written into `dir`), proxying to `upstream`, with `env`.
+fn gateway_with(
+    dir: &tempfile::TempDir,
+    config: &str,
+    upstream: SocketAddr,
+    env: &[(&str, &str)],
+) -> ServiceProcess {
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, config).unwrap();
+    ServiceProcess::start(
+        &[
+            "--config",
+            &path.display().to_string(),
+            "--upstream",
+            &format!("http://{upstream}"),
+        ],
+        env,
     )
 }
 
@@ -439,21 +450,12 @@ async fn metrics_go_over_otlp_and_decision_latency_carries_exemplars_leading_to_
     let (collector, received) = grpc_receiver().await;
     let (upstream, _) = upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let service = gateway_with(
+        &dir,
+        &format!(
             "[limits]\napi = \"1000000/s\"\n[telemetry]\notlp_endpoint = \"http://{collector}\"\n"
         ),
-    )
-    .unwrap();
-    let service = ServiceProcess::start(
-        &[
-            "--config",
-            &config.display().to_string(),
-            "--upstream",
-            &format!("http://{upstream}"),
-        ],
+        upstream,
         &[
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
             ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
@@ -710,21 +712,12 @@ async fn a_collector_that_is_down_costs_requests_nothing_memory_stays_bounded_an
         .port();
     let (upstream, _) = upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let service = gateway_with(
+        &dir,
+        &format!(
             "[limits]\napi = \"1000000/s\"\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\n"
         ),
-    )
-    .unwrap();
-    let service = ServiceProcess::start(
-        &[
-            "--config",
-            &config.display().to_string(),
-            "--upstream",
-            &format!("http://{upstream}"),
-        ],
+        upstream,
         &[
             ("OTEL_BSP_SCHEDULE_DELAY", "50"),
             ("OTEL_BSP_MAX_QUEUE_SIZE", "256"),
@@ -847,22 +840,13 @@ async fn a_decision_against_redis_has_the_redis_call_as_its_child_span() {
     let (collector, received) = grpc_receiver().await;
     let (upstream, _) = upstream().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let service = gateway_with(
+        &dir,
+        &format!(
             "[store]\nbackend = \"redis\"\nurl = \"{}\"\n[limits]\napi = \"100/min\"\n[telemetry]\notlp_endpoint = \"http://{collector}\"\n",
             redis.url()
         ),
-    )
-    .unwrap();
-    let service = ServiceProcess::start(
-        &[
-            "--config",
-            &config.display().to_string(),
-            "--upstream",
-            &format!("http://{upstream}"),
-        ],
+        upstream,
         &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
     );
     let traceparent = format!("00-{TRACE}-{PARENT}-01");
@@ -929,21 +913,12 @@ async fn a_collector_that_answers_errors_or_hangs_costs_requests_nothing_and_is_
     ] {
         let (collector, seen) = troubled_receiver(status, delay).await;
         let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("gateway.toml");
-        std::fs::write(
-            &config,
-            format!(
+        let service = gateway_with(
+            &dir,
+            &format!(
                 "[limits]\napi = \"1000000/s\"\n[telemetry]\notlp_endpoint = \"http://{collector}/v1/traces\"\n"
             ),
-        )
-        .unwrap();
-        let service = ServiceProcess::start(
-            &[
-                "--config",
-                &config.display().to_string(),
-                "--upstream",
-                &format!("http://{upstream}"),
-            ],
+            upstream,
             &[
                 ("OTEL_BSP_SCHEDULE_DELAY", "50"),
                 ("OTEL_BSP_MAX_QUEUE_SIZE", "256"),
