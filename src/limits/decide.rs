@@ -42,11 +42,19 @@ pub(crate) enum Admission<'r, F> {
     Unauthorized(Invalid),
     /// The cap is reached and the rule may wait (`on_limit = "delay"`), or the slot is
     /// asked of a shared store: it comes later, then the rate is checked
-    /// ([`Limits::admit_after_slot`]). Boxed: the common admissions stay small.
+    /// ([`Limits::admit`] with [`Slot::Waited`]). Boxed: the common admissions stay small.
     Queue {
         index: usize,
         wait: Box<QueuedPermit>,
     },
+}
+
+/// The slot under a rule's concurrency cap a request is admitted with.
+pub(crate) enum Slot {
+    /// None yet: take one if the rule has a cap.
+    Ask,
+    /// The one it waited for (after [`Admission::Queue`]) under the rule at `index`.
+    Waited { index: usize, permit: Permit },
 }
 
 /// What a request owes once its response is known: a `count_status` request's cost, if
@@ -388,24 +396,19 @@ impl<St: Store> Limits<St> {
             .map(|decision| decision.with_rule(rule).with_shadow(shadow))
     }
 
-    /// Resolves `request` against `rules`, takes a slot under the rule's concurrency cap
-    /// and starts its rate check: the whole per-request decision, reading the clock once.
+    /// The layer's one door into the limits: resolves `request` against `rules`, takes a
+    /// slot under the rule's concurrency cap (or uses the one it waited for) and starts its
+    /// rate check — the whole per-request decision, reading the clock once.
     pub(crate) fn admit<'r, B>(
         &self,
         rules: &Arc<Active>,
         request: &'r Request<B>,
+        slot: Slot,
     ) -> Admission<'r, Deciding<St::Future>> {
-        self.admit_with(rules, request, true, true)
-    }
-
-    /// The rate check of a request that has waited for its slot (`Admission::Queue`).
-    pub(crate) fn admit_after_slot<'r, B>(
-        &self,
-        rules: &Arc<Active>,
-        index: usize,
-        request: &'r Request<B>,
-        permit: Permit,
-    ) -> Admission<'r, Deciding<St::Future>> {
+        let Slot::Waited { index, permit } = slot else {
+            return self.admit_with(rules, request, true, true);
+        };
+        // The rate check of a request that has waited for its slot (`Admission::Queue`).
         let client = Client::identify(request, rules.client_settings());
         let Some(rule) = rules.rule(index) else {
             return Admission::Pass(Some(Box::new(permit)));

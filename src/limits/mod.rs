@@ -46,7 +46,7 @@ pub(crate) use active::Active;
 pub use builder::LimitsBuilder;
 pub use caller::{CallerBucket, TakeOptions};
 pub(crate) use concurrency::{Entry, QueuedPermit};
-pub(crate) use decide::{Admission, Charge};
+pub(crate) use decide::{Admission, Charge, Slot};
 pub use decide::{RequestCost, Reservation};
 pub(crate) use deciding::Deciding;
 pub use deciding::DecisionFuture;

@@ -43,13 +43,13 @@ use tower::Service;
 use super::body::ResponseBody;
 use super::body::{BodyStyle, Wrapped};
 use super::charge::PendingCharge;
-use super::future::ResponseFuture;
+use super::future::{Carried, ResponseFuture};
 use super::outcome::Outcome;
 use super::ready::{InPlace, ReadyService as _};
 use super::response::{busy, refusal_for, unauthorized};
 use super::trace::DecisionSpan;
 use crate::key::{Invalid, Verified};
-use crate::limits::{Admission, Limits};
+use crate::limits::{Admission, Limits, Slot};
 use crate::store::{MemoryStore, Store};
 
 /// A service behind rate limits. Made by [`RateLimitLayer`](crate::RateLimitLayer).
@@ -168,7 +168,7 @@ where
             }
             request.extensions_mut().insert(verified);
         }
-        let (outcome, charge, permit) = match self.limits.admit(&rules, &request) {
+        let (outcome, charge, permit) = match self.limits.admit(&rules, &request, Slot::Ask) {
             Admission::Pass(permit) => (Outcome::Admit(None), None, permit),
             Admission::Check {
                 index,
@@ -187,10 +187,9 @@ where
                     // A remote store: park the request with the service made ready for it.
                     drop(client);
                     let ready = InPlace(&mut self.inner).take();
-                    let rules = arc_swap::Guard::into_inner(rules);
-                    return ResponseFuture::deciding(
-                        decision, ready, request, rules, index, charge, permit, now, span,
-                    );
+                    let carried = Carried::new(ready, request, charge, permit);
+                    let rule = (arc_swap::Guard::into_inner(rules), index);
+                    return ResponseFuture::deciding(decision, carried, rule, now, span);
                 };
                 timer.record();
                 let outcome = Outcome::decided(result, &rules, index, now, &client, &span);
@@ -215,11 +214,10 @@ where
                     .and_then(|shaping| shaping.delay())
                     .map_or(std::time::Duration::from_secs(60), |delay| delay.max());
                 let ready = InPlace(&mut self.inner).take();
-                let rules = arc_swap::Guard::into_inner(rules);
+                let carried = Carried::new(ready, request, None, None);
+                let rule = (arc_swap::Guard::into_inner(rules), index);
                 let limits = self.limits.clone();
-                return ResponseFuture::queued(
-                    *wait, max_wait, ready, request, limits, rules, index,
-                );
+                return ResponseFuture::queued(*wait, max_wait, carried, limits, rule);
             }
         };
         ResponseFuture::settled(outcome, InPlace(&mut self.inner), request, charge, permit)
