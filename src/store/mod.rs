@@ -31,6 +31,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod all_or_nothing;
 mod backend;
 #[cfg(feature = "disk")]
 mod disk;
@@ -48,7 +49,7 @@ pub use backend::{BackendFuture, BackendStore};
 pub use disk::DiskStore;
 pub(crate) use inspect::TopRows;
 pub use inspect::{BucketQuery, BucketRow, BucketSort, CALLER_DEFINED_PREFIX, CALLER_DEFINED_RULE};
-pub use memory::MemoryStore;
+pub use memory::{BucketState, DamagedState, MemoryStore};
 #[cfg(feature = "redis")]
 pub use redis::{CLAIMS_PER_CALL, RedisFuture, RedisStore, ShareClaim, SharePart, ShareTerms};
 pub use snapshot::SnapshotError;
@@ -154,6 +155,16 @@ impl std::fmt::Debug for SharedSlot {
     }
 }
 
+impl<'a> CheckRequest<'a> {
+    /// The same request as a peek: what it would do, changing nothing.
+    pub fn peek(&self) -> CheckRequest<'a> {
+        CheckRequest {
+            mode: CheckMode::Peek,
+            ..*self
+        }
+    }
+}
+
 /// A shared slot on its way: `Ok(None)` when the cap is reached.
 pub type SlotFuture = Pin<Box<dyn Future<Output = Result<Option<SharedSlot>, StoreError>> + Send>>;
 
@@ -179,6 +190,17 @@ pub enum StoreError {
 ///
 /// The future is `Unpin` so the layer can poll it once in place: a store that answers
 /// immediately costs nothing extra. Remote stores return a boxed future.
+///
+/// # A store of your own
+///
+/// One method is required, [`check`](Store::check); every other has a default (several
+/// buckets decided by peek-then-take, nothing swept, no snapshot, no listing, caps kept in
+/// this process). [`BucketState`] is tollgate's engine for one bucket — every algorithm,
+/// strict mode, peeks, refunds, shaping, carry-over across reloads — as bytes to keep
+/// wherever you like. This store (`examples/custom_store.rs`, which the test matrix holding
+/// the memory, Redis and disk stores to the same decisions runs too) keeps them in a map:
+///
+#[doc = concat!("```\n", include_str!("../../examples/custom_store.rs"), "\n```")]
 pub trait Store: Send + Sync + 'static {
     /// The pending answer.
     type Future: Future<Output = Result<Decision, StoreError>> + Send + Unpin + 'static;
@@ -196,28 +218,35 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Decides `requests` together: if every one is admitted, all take their tokens; if any
-    /// is refused, none takes anything. The in-memory store does it atomically
+    /// is refused, none takes anything (a strict bucket that refuses still holds its refill
+    /// back; a charge or a refund reaches every bucket; requests naming one bucket are
+    /// decided as one, their costs summed). The in-memory store does it atomically
     /// ([`MemoryStore::decide_all`]); this default looks at every bucket, then takes from
     /// each, so a concurrent request can come between the two (a store that can do better
     /// says so).
     fn check_all<'a>(&'a self, requests: &'a [CheckRequest<'a>]) -> ManyFuture<'a> {
         Box::pin(async move {
-            let mut peeks = Vec::with_capacity(requests.len());
-            for request in requests {
-                let peek = CheckRequest {
-                    mode: CheckMode::Peek,
-                    ..*request
-                };
-                peeks.push(self.check(peek).await?);
+            let (buckets, member) = all_or_nothing::by_bucket(requests, |_| ());
+            let mut decided = Vec::with_capacity(buckets.len());
+            if !all_or_nothing::consuming(requests) {
+                for (request, ()) in &buckets {
+                    decided.push(self.check(*request).await?);
+                }
+                return Ok(all_or_nothing::in_order(&decided, &member));
             }
-            if !peeks.iter().all(Decision::allowed) {
-                return Ok(peeks);
+            let mut peeks = Vec::with_capacity(buckets.len());
+            for (request, ()) in &buckets {
+                peeks.push(self.check(request.peek()).await?);
             }
-            let mut taken = Vec::with_capacity(requests.len());
-            for request in requests {
-                taken.push(self.check(*request).await?);
+            let admitted = peeks.iter().all(Decision::allowed);
+            for ((request, ()), peek) in buckets.iter().zip(peeks) {
+                decided.push(if all_or_nothing::takes(request, &peek, admitted) {
+                    self.check(*request).await?
+                } else {
+                    peek
+                });
             }
-            Ok(taken)
+            Ok(all_or_nothing::in_order(&decided, &member))
         })
     }
 

@@ -13,6 +13,7 @@ mod calendar;
 mod candidates;
 mod concurrency;
 mod config_files;
+mod custom_store;
 mod disk;
 mod fuzz_corpus;
 mod hyper_server;

@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, ManyFuture, RuleId,
-    SnapshotError, Store, StoreError,
+    SnapshotError, Store, StoreError, all_or_nothing,
 };
 use crate::algorithm::{Algorithm, gcra};
 use crate::clock::Timestamp;
@@ -40,9 +40,11 @@ use crate::decision::Decision;
 use crate::quota::IntervalId;
 
 mod bound;
+mod bucket;
 mod listing;
 mod persist;
 #[cfg(feature = "disk")]
+pub use bucket::{BucketState, DamagedState};
 pub(crate) use persist::Exported;
 mod state;
 mod tables;
@@ -176,75 +178,47 @@ impl MemoryStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn decide_all(&self, requests: &[CheckRequest<'_>]) -> Vec<Decision> {
-        struct Group {
-            first: usize,
-            hash: u64,
-            shard: usize,
-            cost: u64,
-        }
-        let mut groups: Vec<Group> = Vec::with_capacity(requests.len());
-        let mut member = Vec::with_capacity(requests.len());
-        for (index, request) in requests.iter().enumerate() {
-            let found = groups
-                .iter()
-                .position(|g| requests[g.first].bucket == request.bucket);
-            match found {
-                Some(at) => groups[at].cost = groups[at].cost.saturating_add(request.cost),
-                None => {
-                    let hash = self.hasher.hash_one(request.bucket);
-                    groups.push(Group {
-                        first: index,
-                        hash,
-                        shard: self.shard_index(hash),
-                        cost: request.cost,
-                    });
-                }
-            }
-            member.push(found.unwrap_or(groups.len() - 1));
-        }
+        let (buckets, member) = all_or_nothing::by_bucket(requests, |request| {
+            let hash = self.hasher.hash_one(request.bucket);
+            (hash, self.shard_index(hash))
+        });
         // Locked in ascending order, so two atomic decisions can never wait on each other.
-        let mut shards: Vec<usize> = groups.iter().map(|g| g.shard).collect();
+        let mut shards: Vec<usize> = buckets.iter().map(|&(_, (_, shard))| shard).collect();
         shards.sort_unstable();
         shards.dedup();
         let mut locked: Vec<_> = shards.iter().map(|&i| self.shards[i].0.lock()).collect();
-        let mut decide = |group: &Group, mode: CheckMode| {
-            let at = shards.binary_search(&group.shard).unwrap_or(0);
-            let request = CheckRequest {
-                cost: group.cost,
-                mode,
-                ..requests[group.first]
-            };
-            self.decide_in(&mut locked[at], group.hash, request)
+        let mut decide = |request: CheckRequest<'_>, (hash, shard): (u64, usize)| {
+            let at = shards.binary_search(&shard).unwrap_or(0);
+            self.decide_in(&mut locked[at], hash, request)
         };
-        // All or nothing is for taking: a charge or a refund reaches every bucket.
-        let consuming = requests.iter().any(|r| r.mode == CheckMode::Consume);
-        if !consuming {
-            let decided: Vec<Decision> = groups
+        let decided: Vec<Decision> = if all_or_nothing::consuming(requests) {
+            let peeks: Vec<Decision> = buckets
                 .iter()
-                .map(|group| decide(group, requests[group.first].mode))
+                .map(|&(request, at)| decide(request.peek(), at))
                 .collect();
-            drop(locked);
-            return member.into_iter().map(|g| decided[g].clone()).collect();
-        }
-        let peeks: Vec<Decision> = groups.iter().map(|g| decide(g, CheckMode::Peek)).collect();
-        let admitted = peeks.iter().all(Decision::allowed);
-        let decided: Vec<Decision> = groups
-            .iter()
-            .zip(peeks)
-            .map(|(group, peek)| {
-                let request = &requests[group.first];
-                if admitted || (request.strict && !peek.allowed()) {
-                    decide(group, request.mode)
-                } else {
-                    peek
-                }
-            })
-            .collect();
+            let admitted = peeks.iter().all(Decision::allowed);
+            buckets
+                .iter()
+                .zip(peeks)
+                .map(|(&(request, at), peek)| {
+                    if all_or_nothing::takes(&request, &peek, admitted) {
+                        decide(request, at)
+                    } else {
+                        peek
+                    }
+                })
+                .collect()
+        } else {
+            buckets
+                .iter()
+                .map(|&(request, at)| decide(request, at))
+                .collect()
+        };
         drop(locked);
         if let Some(first) = requests.first() {
             self.keep_bound(first.now.as_unix_nanos());
         }
-        member.into_iter().map(|g| decided[g].clone()).collect()
+        all_or_nothing::in_order(&decided, &member)
     }
 
     /// Decides `request`, whose bucket hashes to `hash`, in the shard's locked `tables`.
@@ -395,22 +369,10 @@ fn decide_compact(
 
 /// Decides against a stored general bucket, carrying its state over if its rule changed.
 fn decide_general(entry: &mut Entry, request: &CheckRequest<'_>, now: u64) -> Decision {
-    let writes = request.mode != CheckMode::Peek;
-    let warmup = request.shaping.warmup_nanos();
-    if !entry.state.fits(request.algorithm, request.quotas, warmup) {
-        let mut carried = entry
-            .state
-            .carried_over(request.algorithm, request.quotas, warmup, now);
-        if !writes {
-            return carried.decide(request, now);
-        }
-        entry.state = carried;
-    }
-    if writes {
+    if request.mode != CheckMode::Peek {
         entry.last_seen = seen_stamp(now);
     }
-    // A peek changes nothing: neither engine writes in `Peek` mode.
-    entry.state.decide(request, now)
+    entry.state.decide_carrying(request, now)
 }
 
 impl MemoryStore {

@@ -250,7 +250,7 @@ fn restored_state(rules: &RuleSet, key: &str, record: &Record) -> Option<(RuleId
 
 /// The state stored `words` in `layout` stand for (a rule's bucket: not a caller-defined
 /// one), if they are well formed.
-fn state_from(layout: Layout, words: &[u64]) -> Option<State> {
+pub(super) fn state_from(layout: Layout, words: &[u64]) -> Option<State> {
     let state = match layout {
         Layout::One => State::One {
             tat: [*words.first()?],

@@ -387,6 +387,21 @@ impl State {
         next
     }
 
+    /// Decides `request` against this state, first re-expressing it for the request's
+    /// rule if that changed its algorithm, quotas or warm-up (units used stay used). A peek
+    /// changes nothing, the re-expression included.
+    pub(super) fn decide_carrying(&mut self, request: &CheckRequest<'_>, now: u64) -> Decision {
+        let warmup = request.shaping.warmup_nanos();
+        if !self.fits(request.algorithm, request.quotas, warmup) {
+            let mut carried = self.carried_over(request.algorithm, request.quotas, warmup, now);
+            if request.mode == CheckMode::Peek {
+                return carried.decide(request, now);
+            }
+            *self = carried;
+        }
+        self.decide(request, now)
+    }
+
     /// Decides against this state.
     pub(super) fn decide(&mut self, request: &CheckRequest<'_>, now: u64) -> Decision {
         if request.mode == CheckMode::Refund {
