@@ -50,6 +50,8 @@
 //! - [`store`]: where buckets live — in memory, on disk (feature `disk`), in Redis, a
 //!   Cluster or behind Sentinel (feature `redis`) — and the [`store::Store`] trait.
 //! - [`reload`]: live configuration's status and events; [`clock`]: time, injected.
+//! - Feature `insight`: candidate limits and suggested limits (`Limits::candidates`,
+//!   `Limits::suggest`), the console's measurements; off by default, on in the service.
 //!
 //! The repository's README and its `docs/` folder are the manual (keys and rules, identity,
 //! configuration, stores, live configuration, how limiting works); its `server/` crate,
@@ -99,9 +101,11 @@ mod quota;
 pub use algorithm::{Algorithm, Delay, Shaping};
 pub use concurrency::{AdaptiveSettings, Concurrency};
 pub use decision::Decision;
+#[cfg(feature = "insight")]
+pub use limits::Suggestion;
 pub use limits::{
     BucketBy, CallerBucket, DecisionFuture, KeyCheck, Limits, LimitsBuilder, RequestCost,
-    Reservation, Suggestion, TakeOptions,
+    Reservation, TakeOptions,
 };
 pub use middleware::{
     RateLimit, RateLimitLayer, ReadBody, ReadBodyLayer, ResponseFuture, body, response,

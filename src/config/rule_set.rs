@@ -337,6 +337,7 @@ impl RuleSet {
             .filter(|rule| rule.also().is_some())
     }
 
+    #[cfg(feature = "redis")]
     /// Every rule that keeps buckets of its own: the rules, their candidates and their
     /// `also` limits (a plan's variant shares its rule's).
     pub(crate) fn bucket_rules(&self) -> impl Iterator<Item = &Rule> {

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use crate::concurrency::Concurrency;
 use crate::config::RuleSet;
-use crate::traffic::{CandidateTraffic, PeakTracker, Reserves, RuleCounters, Traffic};
+#[cfg(feature = "insight")]
+use crate::traffic::{CandidateTraffic, PeakTracker};
+use crate::traffic::{Reserves, RuleCounters, Traffic};
 
 /// One generation of rules, with each rule's counters (index for index).
 pub(crate) struct Active {
@@ -14,10 +16,12 @@ pub(crate) struct Active {
     /// `None` for unlimited rules and candidates, which count nothing of their own.
     counters: Box<[Option<RuleCounters>]>,
     /// What is measured beside the decision, per rule and variant (index for index).
+    #[cfg(feature = "insight")]
     tuning: Box<[Tuning]>,
 }
 
 /// A rule's peak tracker (if it measures peaks), or a candidate's record.
+#[cfg(feature = "insight")]
 #[derive(Default)]
 pub(crate) struct Tuning {
     pub(crate) peaks: Option<Arc<PeakTracker>>,
@@ -63,7 +67,7 @@ impl Active {
                 let _ = metrics::counter!("tollgate_invalid_credentials_total", "reason" => reason.reason(), "action" => action);
             }
         }
-        let capacity = rules.store().max_buckets;
+        #[cfg(feature = "insight")]
         let tuning = rules
             .all_rules()
             .iter()
@@ -74,7 +78,13 @@ impl Active {
                     .tracks_peaks()
                     .then(|| rules.get(rule.key()).unwrap_or(rule).quotas().first())
                     .flatten()
-                    .and_then(|quota| traffic.peaks(rule.name(), quota.rate().period(), capacity)),
+                    .and_then(|quota| {
+                        traffic.peaks(
+                            rule.name(),
+                            quota.rate().period(),
+                            rules.store().max_buckets,
+                        )
+                    }),
                 candidate: rule
                     .candidate()
                     .and_then(|label| traffic.candidate(rule.name(), label)),
@@ -83,6 +93,7 @@ impl Active {
         Active {
             rules: Arc::new(rules),
             counters,
+            #[cfg(feature = "insight")]
             tuning,
         }
     }
@@ -98,6 +109,7 @@ impl Active {
     }
 
     /// What is measured beside the decision for the rule at `index`.
+    #[cfg(feature = "insight")]
     pub(crate) fn tuning(&self, index: usize) -> Option<&Tuning> {
         self.tuning.get(index)
     }

@@ -54,9 +54,12 @@ pub(super) fn start<St: Store>(
                     if swept > 0 {
                         tracing::debug!(swept, "swept buckets that had refilled");
                     }
-                    let folded = shared.traffic.sweep_peaks(shared.clock.now());
-                    if folded > 0 {
-                        tracing::debug!(folded, "folded idle clients' peaks into the sketches");
+                    #[cfg(feature = "insight")]
+                    {
+                        let folded = shared.traffic.sweep_peaks(shared.clock.now());
+                        if folded > 0 {
+                            tracing::debug!(folded, "folded idle clients' peaks into the sketches");
+                        }
                     }
                 }
                 if settings.snapshot.is_some()

@@ -29,13 +29,17 @@ mod caller;
 mod concurrency;
 mod decide;
 mod deciding;
+mod detached;
 mod estimate;
 mod identity;
 mod live;
 mod maintenance;
 mod many;
 mod stack;
+#[cfg(feature = "insight")]
 mod tuning;
+#[cfg(not(feature = "insight"))]
+mod untuned;
 pub use many::{BucketBy, KeyCheck};
 
 use std::sync::Arc;
@@ -50,8 +54,9 @@ pub(crate) use decide::{Admission, Charge, Slot};
 pub use decide::{RequestCost, Reservation};
 pub(crate) use deciding::Deciding;
 pub use deciding::DecisionFuture;
+pub(crate) use detached::drive_detached;
+#[cfg(feature = "insight")]
 pub use tuning::Suggestion;
-pub(crate) use tuning::drive_detached;
 
 use crate::clock::{Clock, Timestamp};
 use crate::config::RuleSet;

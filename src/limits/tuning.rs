@@ -8,11 +8,11 @@
 
 use super::Active;
 use super::Limits;
+use super::detached::drive_detached;
 use crate::clock::Timestamp;
 use crate::config::Rule;
-use crate::decision::Decision;
 use crate::key::Client;
-use crate::store::{CheckMode, Store, StoreError};
+use crate::store::{CheckMode, Store};
 
 impl<St: Store> Limits<St> {
     /// Measures a request of `client` under the rule at `index` of `rules`: when `counted`
@@ -72,31 +72,6 @@ impl<St: Store> Limits<St> {
                 }
             });
         }
-    }
-}
-
-/// Drives a store's `future` without a request waiting on it: at once if it is ready (the
-/// memory store always is), else on the runtime; then hands its answer to `done` (an
-/// [`StoreError::Unavailable`] when there is no runtime to wait on).
-pub(crate) fn drive_detached<F>(
-    future: F,
-    done: impl FnOnce(Result<Decision, StoreError>) + Send + 'static,
-) where
-    F: std::future::Future<Output = Result<Decision, StoreError>> + Send + Unpin + 'static,
-{
-    let mut future = future;
-    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-    if let std::task::Poll::Ready(result) = std::pin::Pin::new(&mut future).poll(&mut context) {
-        done(result);
-        return;
-    }
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(async move { done(future.await) });
-        }
-        Err(_) => done(Err(StoreError::Unavailable {
-            reason: "no runtime to wait for the store on".to_owned(),
-        })),
     }
 }
 

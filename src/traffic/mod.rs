@@ -25,9 +25,11 @@
 //! assert_eq!(report.rules[0].top_refused[0].client, "203.0.113.7");
 //! ```
 
+#[cfg(feature = "insight")]
 mod candidates;
 mod counters;
 mod heavy;
+#[cfg(feature = "insight")]
 mod peaks;
 mod ring;
 
@@ -41,9 +43,11 @@ use serde::Serialize;
 use crate::clock::Timestamp;
 use crate::key::Client;
 
+#[cfg(feature = "insight")]
 pub use candidates::{CandidateReport, CandidateTraffic, CandidateWindow};
 pub(crate) use counters::{Fault, Reserves, RuleCounters};
 pub use heavy::{Heavy, SpaceSaving, WindowedTop};
+#[cfg(feature = "insight")]
 pub use peaks::{PeakClient, PeakDistribution, PeakSuggestion, PeakTracker};
 pub use ring::{Counts, Seen, SlotCounts, TrafficRing};
 
@@ -54,12 +58,15 @@ pub struct Traffic {
     total: Arc<TrafficRing>,
     rules: RwLock<HashMap<Arc<str>, Arc<RuleTraffic>>>,
     /// Candidate limits' records, by rule name and label.
+    #[cfg(feature = "insight")]
     candidates: RwLock<HashMap<CandidateName, Arc<CandidateTraffic>>>,
     /// Peak trackers, by rule name.
+    #[cfg(feature = "insight")]
     peaks: RwLock<HashMap<Arc<str>, Arc<PeakTracker>>>,
 }
 
 /// A candidate limit's rule name and label.
+#[cfg(feature = "insight")]
 type CandidateName = (Arc<str>, Arc<str>);
 
 /// One rule's traffic: its ring, and its most refused clients.
@@ -236,14 +243,18 @@ impl Traffic {
             resolution,
             total: Arc::new(TrafficRing::new(span, resolution)),
             rules: RwLock::new(HashMap::new()),
+            #[cfg(feature = "insight")]
             candidates: RwLock::new(HashMap::new()),
+            #[cfg(feature = "insight")]
             peaks: RwLock::new(HashMap::new()),
         }
     }
 
+    #[cfg(feature = "insight")]
     /// Most candidate limits tracked (a day's ring each, about 60 KiB).
     pub const MAX_CANDIDATES: usize = 256;
 
+    #[cfg(feature = "insight")]
     /// The record of candidate `label` of the rule named `rule`, made on first use (so a
     /// reload that keeps the candidate keeps its history); `None` past
     /// [`Traffic::MAX_CANDIDATES`].
@@ -267,6 +278,7 @@ impl Traffic {
         Some(record)
     }
 
+    #[cfg(feature = "insight")]
     /// The peak tracker of the rule named `rule`, counting in windows of `window` and
     /// keeping at most `capacity` clients: made on first use, kept across reloads, and
     /// begun afresh if the window changed. `None` past [`Traffic::MAX_RULES`].
@@ -291,11 +303,13 @@ impl Traffic {
         Some(tracker)
     }
 
+    #[cfg(feature = "insight")]
     /// The peak tracker of the rule named `rule`, if one was made.
     pub fn peaks_of(&self, rule: &str) -> Option<Arc<PeakTracker>> {
         self.peaks.read().get(rule).cloned()
     }
 
+    #[cfg(feature = "insight")]
     /// Folds every tracker's idle clients into its sketch; how many went.
     pub fn sweep_peaks(&self, now: Timestamp) -> usize {
         let trackers: Vec<Arc<PeakTracker>> = self.peaks.read().values().cloned().collect();

@@ -197,6 +197,22 @@ impl RuleSet {
                 candidates.iter().map(|(label, _)| label.clone()).collect();
             let also = also::compile_also(source, raw_key, rule, &labels, &mut diagnostics);
             let suggest = rule.get_ref().suggest.as_ref();
+            #[cfg(not(feature = "insight"))]
+            for span in [
+                rule.get_ref().candidates.as_ref().map(|c| c.span()),
+                suggest.filter(|s| *s.get_ref()).map(|s| s.span()),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                diagnostics.push(source.at(
+                    span,
+                    format!(
+                        "rule \"{}\": candidates and suggest are measured by tollgate's `insight` feature, which this build leaves out (the tollgate service has it; a library adds features = [\"insight\"])",
+                        raw_key.get_ref()
+                    ),
+                ));
+            }
             if let Some(suggest) = suggest
                 && *suggest.get_ref()
                 && limit.bucket_kind() == Some(Per::Global)

@@ -43,8 +43,8 @@ mod bound;
 mod bucket;
 mod listing;
 mod persist;
-#[cfg(feature = "disk")]
 pub use bucket::{BucketState, DamagedState};
+#[cfg(feature = "disk")]
 pub(crate) use persist::Exported;
 mod state;
 mod tables;

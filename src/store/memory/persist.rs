@@ -9,10 +9,14 @@ use super::tables::{Compact, Entry, compact_ip, seen_stamp};
 use super::{MemoryStore, hash_compact};
 use crate::clock::Timestamp;
 use crate::config::{Limit, Per, RuleId, RuleSet};
-use crate::decision::Decision;
 use crate::quota::IntervalId;
+use crate::store::SnapshotError;
 use crate::store::snapshot::{self, Layout, Record};
-use crate::store::{BucketRef, CheckRequest, SnapshotError};
+#[cfg(feature = "disk")]
+use crate::{
+    decision::Decision,
+    store::{BucketRef, CheckRequest},
+};
 
 /// The rule key a snapshot files caller-defined (`RL.*`) buckets under: no rule's
 /// normalised key starts with `/`.
@@ -120,6 +124,7 @@ impl MemoryStore {
         true
     }
 
+    #[cfg(feature = "disk")]
     /// Decides `request` as [`decide`](Self::decide) does, and returns with the decision
     /// the bucket's state after it as stored words and the nanoseconds until it will have
     /// refilled — read under the same lock, so no eviction can come between (`None`: the
@@ -136,6 +141,7 @@ impl MemoryStore {
         (decision, exported)
     }
 
+    #[cfg(feature = "disk")]
     /// Puts `bucket` back from stored words unless it is held already; whether it was.
     /// `global` says whether the bucket's rule keeps one bucket for all (the words must fit
     /// the kind of bucket the rule keeps, as a snapshot's must).
@@ -170,6 +176,7 @@ impl MemoryStore {
         self.insert_absent(entry, now)
     }
 
+    #[cfg(feature = "disk")]
     /// Whether `bucket` is held.
     pub(crate) fn holds(&self, bucket: BucketRef<'_>) -> bool {
         let hash = self.hasher.hash_one(bucket);
@@ -177,9 +184,11 @@ impl MemoryStore {
     }
 }
 
+#[cfg(feature = "disk")]
 /// A bucket's state as words, with the nanoseconds until it will have refilled.
 pub(crate) type Exported = Option<(Layout, Vec<u64>, u64)>;
 
+#[cfg(feature = "disk")]
 /// `bucket` (whose hash is `hash`) out of `tables`, if held.
 fn exported(
     tables: &super::tables::Tables,
