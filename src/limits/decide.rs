@@ -545,6 +545,7 @@ impl<St: Store> Limits<St> {
                 .collect();
             Deciding::Stack(self.decide_stack(Arc::clone(rules), draws, CheckMode::Consume, now))
         };
+        #[cfg(feature = "insight")]
         if rule.is_tuned() {
             self.tune_slowly(rules, index, &client, (mode, cost), now, true);
         }

@@ -19,17 +19,4 @@ impl<St: Store> Limits<St> {
         _counted: bool,
     ) {
     }
-
-    /// Nothing to measure: see the module docs.
-    #[inline(always)]
-    pub(super) fn tune_slowly(
-        &self,
-        _rules: &Active,
-        _index: usize,
-        _client: &Client<'_>,
-        _how: (CheckMode, Option<u64>),
-        _now: Timestamp,
-        _counted: bool,
-    ) {
-    }
 }

@@ -91,6 +91,7 @@ impl Rule {
 
     /// Whether a request under the rule is measured beside its decision: its peak, or its
     /// candidates' decisions. One load, for the request path.
+    #[cfg(feature = "insight")]
     #[inline]
     pub(crate) fn is_tuned(&self) -> bool {
         self.tuned

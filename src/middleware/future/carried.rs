@@ -5,6 +5,7 @@ use http::Request;
 
 use crate::concurrency::Permit;
 use crate::middleware::charge::PendingCharge;
+use crate::middleware::ready::Owned;
 
 /// A request waiting with a service made ready for it, and what it owes once answered.
 pub(crate) struct Carried<S, B, St> {
@@ -31,6 +32,22 @@ impl<S, B, St> Carried<S, B, St> {
             charge,
             permit,
         }
+    }
+}
+
+/// A carried request's parts, for the state that calls its service: the service, the
+/// request, its charge and its permit.
+pub(super) type Parts<S, B, St> = (
+    Owned<S>,
+    Request<B>,
+    Option<Box<PendingCharge<St>>>,
+    Option<Box<Permit>>,
+);
+
+impl<S, B, St> Carried<S, B, St> {
+    /// Its parts, to be called now.
+    pub(super) fn into_parts(self) -> Parts<S, B, St> {
+        (Owned(self.service), self.request, self.charge, self.permit)
     }
 }
 

@@ -35,7 +35,7 @@ use self::queued::{AfterSlot, AwaitingSlot};
 use super::body::{BodyStyle, Wrapped};
 use super::charge::PendingCharge;
 use super::outcome::Outcome;
-use super::ready::{Owned, ReadyService};
+use super::ready::ReadyService;
 use super::response::{RateLimitHeaders, refusal_for};
 use super::trace::DecisionSpan;
 use super::upgrade::hand_to_upgrade;
@@ -98,7 +98,8 @@ where
         Self::new(State::Queued { queued })
     }
 
-    /// The future for a request decided at once.
+    /// The future for a decided request: the one place an [`Outcome`] becomes a state,
+    /// whether the decision was ready at once (in `call`) or arrived later.
     pub(crate) fn settled(
         outcome: Outcome,
         service: impl ReadyService<S, B>,
@@ -106,7 +107,18 @@ where
         charge: Option<Box<PendingCharge<St>>>,
         permit: Option<Box<Permit>>,
     ) -> Self {
-        Self::new(State::settled(outcome, service, request, charge, permit))
+        Self::new(match outcome {
+            Outcome::Admit(headers) => State::calling(service, request, headers, charge, permit),
+            Outcome::Hold(delay, headers) => {
+                let carried = Carried::new(service.take(), request, charge, permit);
+                State::Holding {
+                    holding: Holding::new(delay, carried, headers),
+                }
+            }
+            Outcome::Reject(response) => State::Rejected {
+                response: Some(refusal_for(response, &request)),
+            },
+        })
     }
 
     /// A refusal made before the inner service is asked.
@@ -134,29 +146,6 @@ where
     S: Service<Request<B>>,
     St: Store,
 {
-    /// The state for a decided request: the one place an [`Outcome`] becomes a state,
-    /// whether the decision was ready at once (in `call`) or arrived later.
-    fn settled(
-        outcome: Outcome,
-        service: impl ReadyService<S, B>,
-        request: Request<B>,
-        charge: Option<Box<PendingCharge<St>>>,
-        permit: Option<Box<Permit>>,
-    ) -> Self {
-        match outcome {
-            Outcome::Admit(headers) => Self::calling(service, request, headers, charge, permit),
-            Outcome::Hold(delay, headers) => {
-                let carried = Carried::new(service.take(), request, charge, permit);
-                State::Holding {
-                    holding: Holding::new(delay, carried, headers),
-                }
-            }
-            Outcome::Reject(response) => State::Rejected {
-                response: Some(refusal_for(response, &request)),
-            },
-        }
-    }
-
     /// Calls the ready `service` with `request` now: the one place a decided request is
     /// passed on (and where an adaptive limit starts measuring the upstream).
     fn calling(
@@ -177,13 +166,8 @@ where
 
     /// Calls a request that waited, with the service it carried.
     fn call_carried(carried: Carried<S, B, St>, headers: Option<RateLimitHeaders>) -> Self {
-        let Carried {
-            service,
-            request,
-            charge,
-            permit,
-        } = carried;
-        Self::calling(Owned(service), request, headers, charge, permit)
+        let (service, request, charge, permit) = carried.into_parts();
+        Self::calling(service, request, headers, charge, permit)
     }
 }
 
@@ -211,13 +195,8 @@ where
                 },
                 StateProj::Deciding { deciding } => match deciding.poll_outcome(cx) {
                     Poll::Ready(Some(Decided { outcome, carried })) => {
-                        let Carried {
-                            service,
-                            request,
-                            charge,
-                            permit,
-                        } = carried;
-                        State::settled(outcome, Owned(service), request, charge, permit)
+                        let (service, request, charge, permit) = carried.into_parts();
+                        Self::settled(outcome, service, request, charge, permit).state
                     }
                     Poll::Ready(None) | Poll::Pending => return Poll::Pending,
                 },
