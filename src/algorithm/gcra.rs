@@ -94,11 +94,8 @@ fn decide_many(
         for (tat, quota) in tats.iter_mut().zip(quotas) {
             if refuses(*tat, quota) {
                 let interval = quota.interval_nanos();
-                let held = now
-                    .saturating_add(interval)
-                    .saturating_add(shaping.tolerance(quota))
-                    .saturating_sub(super::quota_cost(quota, cost, mode).saturating_mul(interval));
-                *tat = (*tat).max(held);
+                let spend = super::quota_cost(quota, cost, mode).saturating_mul(interval);
+                *tat = (*tat).max(strict_hold(now, interval, shaping.tolerance(quota), spend));
             }
         }
     }
@@ -128,25 +125,54 @@ fn decide_many(
         let retry = if allowed {
             0
         } else {
-            state
-                .saturating_add(super::quota_cost(quota, cost, mode).saturating_mul(interval))
-                .saturating_sub(shaping.tolerance(quota))
-                .saturating_sub(now)
+            let spend = super::quota_cost(quota, cost, mode).saturating_mul(interval);
+            retry_after(state, spend, shaping.tolerance(quota), now)
         };
-        let index = u32::try_from(index).unwrap_or(u32::MAX);
-        let candidate = Decision::bucket(
-            allowed,
-            index,
-            u64::from(quota.burst()),
-            interval,
-            debt,
-            retry,
-        );
-        super::keep_most_restrictive(&mut described, candidate);
+        describe(&mut described, (index, quota), allowed, debt, retry);
     }
     described.map_or(Decision::unlimited(), |decision| {
         decision.with_reset(reset).with_delay(hold)
     })
+}
+
+/// The TAT a strict refusal holds a bucket at, as GCRA counts: refill held back so that a
+/// request spending `spend` fits again only a whole `interval` from `now`.
+#[inline]
+pub(crate) fn strict_hold(now: u64, interval: u64, tolerance: u64, spend: u64) -> u64 {
+    now.saturating_add(interval)
+        .saturating_add(tolerance)
+        .saturating_sub(spend)
+}
+
+/// How long after `now` a request spending `spend` fits a bucket whose state (its TAT, or
+/// `now` if refilled) is `state`.
+#[inline]
+pub(crate) fn retry_after(state: u64, spend: u64, tolerance: u64, now: u64) -> u64 {
+    state
+        .saturating_add(spend)
+        .saturating_sub(tolerance)
+        .saturating_sub(now)
+}
+
+/// Describes quota `index` of a bucket, owing `debt` (and refusing for `retry`), and keeps
+/// it in `described` if it is the most restrictive so far.
+pub(crate) fn describe(
+    described: &mut Option<Decision>,
+    (index, quota): (usize, &Quota),
+    allowed: bool,
+    debt: u64,
+    retry: u64,
+) {
+    let index = u32::try_from(index).unwrap_or(u32::MAX);
+    let candidate = Decision::bucket(
+        allowed,
+        index,
+        u64::from(quota.burst()),
+        quota.interval_nanos(),
+        debt,
+        retry,
+    );
+    super::keep_most_restrictive(described, candidate);
 }
 
 /// [`decide`] for a rule of one quota, the commonest: the same arithmetic with nothing to
@@ -169,11 +195,7 @@ fn decide_one(
     let taken = start.saturating_add(spend);
     let allowed = taken - now <= tolerance;
     if !allowed && strict && mode == CheckMode::Consume {
-        let held = now
-            .saturating_add(interval)
-            .saturating_add(tolerance)
-            .saturating_sub(spend);
-        *tat = (*tat).max(held);
+        *tat = (*tat).max(strict_hold(now, interval, tolerance, spend));
     }
     let take = mode.takes(allowed);
     // As `decide` reads it: after a strict refusal the bucket is described as it now stands.
@@ -192,10 +214,7 @@ fn decide_one(
     let retry = if allowed {
         0
     } else {
-        state
-            .saturating_add(spend)
-            .saturating_sub(tolerance)
-            .saturating_sub(now)
+        retry_after(state, spend, tolerance, now)
     };
     Decision::bucket(allowed, 0, u64::from(quota.burst()), interval, debt, retry)
         .with_reset(debt)

@@ -35,7 +35,7 @@
 //! Under full demand from cold the permitted rate therefore climbs from `1/(3T)` to `1/T`
 //! over `W`, then stays at `1/T`; an idle stretch of `W` makes it cold again.
 
-use super::{CheckMode, Shaping};
+use super::{CheckMode, Shaping, gcra};
 use crate::Quota;
 use crate::decision::Decision;
 
@@ -153,10 +153,7 @@ pub(crate) fn decide(
         debt = state.tat - now;
         hold = shaping.hold(quota, before.saturating_add(stable_cost));
     } else if strict && mode == CheckMode::Consume {
-        let held = now
-            .saturating_add(interval)
-            .saturating_add(tolerance)
-            .saturating_sub(stable_cost);
+        let held = gcra::strict_hold(now, interval, tolerance, stable_cost);
         if held > state.tat {
             state.stored = stored;
             state.tat = held;
@@ -167,12 +164,7 @@ pub(crate) fn decide(
     let retry = if allowed {
         0
     } else {
-        state
-            .tat
-            .max(now)
-            .saturating_add(stable_cost)
-            .saturating_sub(tolerance)
-            .saturating_sub(now)
+        gcra::retry_after(state.tat.max(now), stable_cost, tolerance, now)
     };
     Decision::bucket(allowed, 0, u64::from(quota.burst()), interval, debt, retry).with_delay(hold)
 }

@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 
 use super::super::scripts::Leased;
 use crate::Quota;
-use crate::algorithm::keep_most_restrictive;
+use crate::algorithm::gcra;
 use crate::clock::{Timestamp, duration_nanos};
 use crate::decision::Decision;
 use crate::store::{CheckMode, CheckRequest};
@@ -142,16 +142,8 @@ impl Lease {
                 .saturating_sub(elapsed)
                 .saturating_sub(self.allowance.saturating_mul(interval));
             reset = reset.max(debt);
-            let index = u32::try_from(index).unwrap_or(u32::MAX);
-            let candidate = Decision::bucket(
-                allowed,
-                index,
-                u64::from(quota.burst()),
-                interval,
-                debt,
-                if allowed { 0 } else { retry },
-            );
-            keep_most_restrictive(&mut described, candidate);
+            let retry = if allowed { 0 } else { retry };
+            gcra::describe(&mut described, (index, quota), allowed, debt, retry);
         }
         described.map(|decision| decision.with_reset(reset))
     }
