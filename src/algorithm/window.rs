@@ -47,35 +47,19 @@ impl Counter {
     /// windows are not all as long, so a later one is simply a new one (they are only
     /// counted as fixed windows).
     fn at(self, now: u64, window: u64, period: u64, calendar: bool) -> (Counter, u64) {
-        if calendar && window > self.start {
-            return (
-                Counter {
-                    start: window,
-                    previous: 0,
-                    current: 0,
-                },
-                now - window,
-            );
-        }
-        if self.start == 0 || window >= self.start.saturating_add(2 * period) {
-            return (
-                Counter {
-                    start: window,
-                    previous: 0,
-                    current: 0,
-                },
-                now - window,
-            );
-        }
-        if window == self.start + period {
-            return (
-                Counter {
-                    start: window,
-                    previous: self.current,
-                    current: 0,
-                },
-                now - window,
-            );
+        // A window of its own (a later calendar window, a first count, or two periods
+        // on), or the one right after the counted one: the current count becomes previous.
+        let fresh = (calendar && window > self.start)
+            || self.start == 0
+            || window >= self.start.saturating_add(2 * period);
+        if fresh || window == self.start + period {
+            let previous = if fresh { 0 } else { self.current };
+            let counter = Counter {
+                start: window,
+                previous,
+                current: 0,
+            };
+            return (counter, now - window);
         }
         // The same window — or an older timestamp, counted in the window last seen.
         (self, now.saturating_sub(self.start).min(period - 1))
