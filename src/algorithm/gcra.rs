@@ -47,7 +47,7 @@
 //! burst — a client that had used more than the new burst starts the new limit empty, not
 //! in debt (a move from a plan of 1,000 a minute to one of 10 does not cost 99 minutes).
 
-use super::{CheckMode, Shaping};
+use super::{Ask, CheckMode};
 use crate::Quota;
 use crate::decision::Decision;
 
@@ -55,31 +55,22 @@ use crate::decision::Decision;
 ///
 /// With `commit`, an admitted request's tokens are taken from every quota; a denial never
 /// takes anything. `tats` and `quotas` have the same length (one TAT per quota).
-pub(crate) fn decide(
-    tats: &mut [u64],
-    quotas: &[Quota],
-    cost: u64,
-    now: u64,
-    mode: CheckMode,
-    strict: bool,
-    shaping: &Shaping,
-) -> Decision {
+pub(crate) fn decide(tats: &mut [u64], quotas: &[Quota], ask: Ask<'_>) -> Decision {
     match (&mut *tats, quotas) {
-        ([tat], [quota]) => decide_one(tat, quota, cost, now, mode, strict, shaping),
-        _ => decide_many(tats, quotas, cost, now, mode, strict, shaping),
+        ([tat], [quota]) => decide_one(tat, quota, ask),
+        _ => decide_many(tats, quotas, ask),
     }
 }
 
 /// [`decide`] for any number of quotas: all must admit; the most restrictive describes.
-fn decide_many(
-    tats: &mut [u64],
-    quotas: &[Quota],
-    cost: u64,
-    now: u64,
-    mode: CheckMode,
-    strict: bool,
-    shaping: &Shaping,
-) -> Decision {
+fn decide_many(tats: &mut [u64], quotas: &[Quota], ask: Ask<'_>) -> Decision {
+    let Ask {
+        cost,
+        now,
+        mode,
+        strict,
+        shaping,
+    } = ask;
     let refuses = |tat: u64, quota: &Quota| {
         let after = tat.max(now).saturating_add(
             super::quota_cost(quota, cost, mode).saturating_mul(quota.interval_nanos()),
@@ -178,15 +169,14 @@ pub(crate) fn describe(
 /// [`decide`] for a rule of one quota, the commonest: the same arithmetic with nothing to
 /// compare across quotas.
 #[inline]
-fn decide_one(
-    tat: &mut u64,
-    quota: &Quota,
-    cost: u64,
-    now: u64,
-    mode: CheckMode,
-    strict: bool,
-    shaping: &Shaping,
-) -> Decision {
+fn decide_one(tat: &mut u64, quota: &Quota, ask: Ask<'_>) -> Decision {
+    let Ask {
+        cost,
+        now,
+        mode,
+        strict,
+        shaping,
+    } = ask;
     let interval = quota.interval_nanos();
     let tolerance = shaping.tolerance(quota);
     // What this request takes, in nanoseconds of the quota's interval.
@@ -271,6 +261,7 @@ fn ratio_distance(a: u64, b: u64) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::{Shaping, ask};
     use std::num::NonZeroU32;
     use std::time::Duration;
 
@@ -290,7 +281,7 @@ mod tests {
         mode: CheckMode,
         strict: bool,
     ) -> Decision {
-        super::decide(tats, quotas, cost, now, mode, strict, &Shaping::NONE)
+        super::decide(tats, quotas, ask(cost, now, mode, strict, &Shaping::NONE))
     }
 
     fn delayed(max: u64, after: Option<u32>) -> Shaping {
@@ -299,7 +290,7 @@ mod tests {
 
     /// One request of cost 1 at `at` under `shaping`, consuming.
     fn take(tats: &mut [u64], quotas: &[Quota], at: u64, shaping: &Shaping) -> Decision {
-        super::decide(tats, quotas, 1, at, CheckMode::Consume, false, shaping)
+        super::decide(tats, quotas, ask(1, at, CheckMode::Consume, false, shaping))
     }
 
     #[test]
@@ -351,7 +342,11 @@ mod tests {
         let shaping = delayed(SECOND, None);
         let mut tats = [0];
         take(&mut tats, &quotas, NOW, &shaping);
-        let peek = super::decide(&mut tats, &quotas, 1, NOW, CheckMode::Peek, false, &shaping);
+        let peek = super::decide(
+            &mut tats,
+            &quotas,
+            ask(1, NOW, CheckMode::Peek, false, &shaping),
+        );
         assert!(peek.allowed());
         assert_eq!(peek.delay(), Duration::ZERO);
         assert_eq!(tats[0], NOW + SECOND / 5, "a peek takes nothing");
@@ -614,7 +609,7 @@ mod tests {
                 } else {
                     let mut probe = tats;
                     let later = now + d.retry_after().as_nanos() as u64;
-                    let again = super::decide(&mut probe, &quotas, 1, later, CheckMode::Peek, false, &shaping);
+                    let again = super::decide(&mut probe, &quotas, ask(1, later, CheckMode::Peek, false, &shaping));
                     proptest::prop_assert!(again.allowed(), "retry-after admits");
                 }
             }
@@ -697,8 +692,8 @@ mod tests {
             for (advance, cost, mode, strict) in steps {
                 now += advance;
                 let mode = [CheckMode::Consume, CheckMode::Peek, CheckMode::Charge, CheckMode::Session][usize::from(mode)];
-                let fast = super::decide_one(&mut one[0], &quotas[0], cost, now, mode, strict, &shaping);
-                let general = super::decide_many(&mut many, &quotas, cost, now, mode, strict, &shaping);
+                let fast = super::decide_one(&mut one[0], &quotas[0], ask(cost, now, mode, strict, &shaping));
+                let general = super::decide_many(&mut many, &quotas, ask(cost, now, mode, strict, &shaping));
                 proptest::prop_assert_eq!(&fast, &general);
                 proptest::prop_assert_eq!(one, many);
             }

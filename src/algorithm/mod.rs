@@ -96,6 +96,35 @@ impl CheckMode {
     }
 }
 
+/// What one decision asks of a bucket's engine (GCRA, warm-up): its cost, its instant in
+/// nanoseconds, its mode, and the rule's strictness and shaping.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ask<'a> {
+    pub(crate) cost: u64,
+    pub(crate) now: u64,
+    pub(crate) mode: CheckMode,
+    pub(crate) strict: bool,
+    pub(crate) shaping: &'a Shaping,
+}
+
+/// An [`Ask`] in one line, for tests.
+#[cfg(test)]
+pub(crate) fn ask(
+    cost: u64,
+    now: u64,
+    mode: CheckMode,
+    strict: bool,
+    shaping: &Shaping,
+) -> Ask<'_> {
+    Ask {
+        cost,
+        now,
+        mode,
+        strict,
+        shaping,
+    }
+}
+
 /// What a check of `cost` in `mode` takes from `quota`: the cost, or for a quota counting
 /// requests (a rule's `requests`) one per admission and nothing for a settlement.
 pub(crate) fn quota_cost(quota: &crate::Quota, cost: u64, mode: CheckMode) -> u64 {

@@ -35,7 +35,7 @@
 //! Under full demand from cold the permitted rate therefore climbs from `1/(3T)` to `1/T`
 //! over `W`, then stays at `1/T`; an idle stretch of `W` makes it cold again.
 
-use super::{CheckMode, Shaping, gcra};
+use super::{Ask, CheckMode, gcra};
 use crate::Quota;
 use crate::decision::Decision;
 
@@ -123,17 +123,14 @@ impl Warm {
 
 /// Decides a request of `cost` at `now` against a warming `quota`: the GCRA engine's
 /// arguments, plus the bucket's ramp.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn decide(
-    state: &mut Warm,
-    quota: &Quota,
-    ramp: &Ramp,
-    cost: u64,
-    now: u64,
-    mode: CheckMode,
-    strict: bool,
-    shaping: &Shaping,
-) -> Decision {
+pub(crate) fn decide(state: &mut Warm, quota: &Quota, ramp: &Ramp, ask: Ask<'_>) -> Decision {
+    let Ask {
+        cost,
+        now,
+        mode,
+        strict,
+        shaping,
+    } = ask;
     let interval = quota.interval_nanos();
     let tolerance = shaping.tolerance(quota);
     let stored = state.stored_at(ramp, now);
@@ -175,6 +172,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::algorithm::{Shaping, ask};
 
     const SECOND: u64 = 1_000_000_000;
     const NOW: u64 = 1_000_000 * SECOND;
@@ -185,7 +183,12 @@ mod tests {
 
     /// One request of cost 1 at `at`, consuming, not strict.
     fn take(state: &mut Warm, q: &Quota, ramp: &Ramp, at: u64, shaping: &Shaping) -> Decision {
-        decide(state, q, ramp, 1, at, CheckMode::Consume, false, shaping)
+        decide(
+            state,
+            q,
+            ramp,
+            ask(1, at, CheckMode::Consume, false, shaping),
+        )
     }
 
     /// 2 permits/s (T = 500 ms) warming up over 4 s: threshold 4, max 8, cold interval
@@ -275,16 +278,20 @@ mod tests {
             stored: 0.0,
         };
         let mode = CheckMode::Consume;
-        assert!(decide(&mut state, &q, &ramp, 1, NOW, mode, true, &Shaping::NONE).allowed());
+        assert!(
+            decide(
+                &mut state,
+                &q,
+                &ramp,
+                ask(1, NOW, mode, true, &Shaping::NONE)
+            )
+            .allowed()
+        );
         let refused = decide(
             &mut state,
             &q,
             &ramp,
-            1,
-            NOW + 100_000_000,
-            mode,
-            true,
-            &Shaping::NONE,
+            ask(1, NOW + 100_000_000, mode, true, &Shaping::NONE),
         );
         assert!(!refused.allowed());
         // Held until one interval after this knock; the figures describe that state.

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use crate::Quota;
 use crate::algorithm::warmup::{self, Ramp, Warm};
-use crate::algorithm::{Algorithm, CheckMode, discrete, gcra, log, subwindow, window};
+use crate::algorithm::{Algorithm, Ask, CheckMode, discrete, gcra, log, subwindow, window};
 use crate::decision::Decision;
 use crate::store::CheckRequest;
 
@@ -421,16 +421,7 @@ impl State {
                     let Some(quota) = quotas.first() else {
                         return Decision::unlimited();
                     };
-                    let decision = warmup::decide(
-                        &mut state,
-                        quota,
-                        &ramp,
-                        request.cost,
-                        now,
-                        request.mode,
-                        request.strict,
-                        request.shaping,
-                    );
+                    let decision = warmup::decide(&mut state, quota, &ramp, ask(request, now));
                     words[0] = state.tat;
                     words[1] = state.stored.to_bits();
                     return decision;
@@ -553,13 +544,17 @@ impl State {
 
 /// Decides `request` against GCRA `tats` (one per quota): the engine, fed from the request.
 pub(super) fn decide_gcra(tats: &mut [u64], request: &CheckRequest<'_>, now: u64) -> Decision {
-    gcra::decide(
-        tats,
-        request.quotas,
-        request.cost,
+    gcra::decide(tats, request.quotas, ask(request, now))
+}
+
+/// What `request` asks of a bucket's engine at `now`.
+#[inline]
+fn ask<'a>(request: &CheckRequest<'a>, now: u64) -> Ask<'a> {
+    Ask {
+        cost: request.cost,
         now,
-        request.mode,
-        request.strict,
-        request.shaping,
-    )
+        mode: request.mode,
+        strict: request.strict,
+        shaping: request.shaping,
+    }
 }
