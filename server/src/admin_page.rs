@@ -53,7 +53,7 @@ fn rlqs(answer: &Value) -> String {
          <p class=\"legend\">each bucket's rule divided among the Envoys reporting it, by demand (<a href=\"/rlqs\">/rlqs</a>; reload the page to refresh)</p>\
          <table><thead><tr><th>Bucket</th><th>Rule</th><th>This gateway's part</th><th class=\"num\">Envoy</th><th class=\"num\">Demand (req/s)</th><th class=\"num\">Share (tokens/s)</th><th class=\"num\">Burst share</th></tr></thead><tbody>",
     );
-    let buckets = answer["buckets"].as_array().map_or(&[][..], Vec::as_slice);
+    let buckets = items(&answer["buckets"]);
     if buckets.is_empty() {
         out.push_str("<tr><td colspan=\"7\">no Envoy has reported yet</td></tr>");
     }
@@ -70,7 +70,7 @@ fn rlqs(answer: &Value) -> String {
             (Some(part), Some(gateways)) => format!("{part:.1}/s, of {gateways} gateways"),
             _ => "the whole rule".to_owned(),
         };
-        for envoy in bucket["envoys"].as_array().map_or(&[][..], Vec::as_slice) {
+        for envoy in items(&bucket["envoys"]) {
             let number = |value: &Value, digits: usize| {
                 value
                     .as_f64()
@@ -344,7 +344,7 @@ fn figure(name: &str, total: &Value, series: &[Value], rule: Option<&Value>) -> 
 }
 
 fn charts(traffic: &Value) -> String {
-    let rules = traffic["rules"].as_array().map_or(&[][..], Vec::as_slice);
+    let rules = items(&traffic["rules"]);
     if rules.is_empty() {
         return "<p id=\"no-traffic\">no traffic in the last 15 minutes</p>".to_owned();
     }
@@ -370,8 +370,8 @@ fn charts(traffic: &Value) -> String {
 /// the limit in force, each candidate where it stands with what it would have refused in
 /// the last hour, and the suggested limit.
 fn tuning(suggest: &Value, candidates: &Value) -> String {
-    let rules = suggest["rules"].as_array().map_or(&[][..], Vec::as_slice);
-    let candidates = candidates.as_array().map_or(&[][..], Vec::as_slice);
+    let rules = items(&suggest["rules"]);
+    let candidates = items(candidates);
     if rules.is_empty() && candidates.is_empty() {
         return "<p id=\"no-tuning\">no rule measures its clients' peaks: give one <code>suggest = true</code> or <code>candidates</code></p>".to_owned();
     }
@@ -535,14 +535,14 @@ fn candidate_list(candidates: &[&Value]) -> String {
 }
 
 fn reloads(config: &Value) -> String {
-    let reloads = config["reloads"].as_array().map_or(&[][..], Vec::as_slice);
+    let reloads = items(&config["reloads"]);
     if reloads.is_empty() {
         return "<li id=\"no-reloads\">no reload since start</li>".to_owned();
     }
     let mut out = String::new();
     for reload in reloads {
         let applied = reload["applied"].as_bool().unwrap_or(false);
-        let changes = reload["changes"].as_array().map_or(&[][..], Vec::as_slice);
+        let changes = items(&reload["changes"]);
         let seconds = reload["at"].as_f64().unwrap_or(0.0) as u64;
         let when = format!(
             "{:02}:{:02}:{:02} UTC",
@@ -595,6 +595,11 @@ fn reloads(config: &Value) -> String {
         out.push_str("</li>");
     }
     out
+}
+
+/// The elements of `value` if it is an array, else none.
+fn items(value: &Value) -> &[Value] {
+    value.as_array().map_or(&[][..], Vec::as_slice)
 }
 
 #[cfg(test)]

@@ -276,14 +276,23 @@ fn suggest(args: &crate::suggest::SuggestArgs) -> ExitCode {
     }
 }
 
-/// `--check`: like `nginx -t`.
-fn check(settings: &Settings) -> ExitCode {
-    let sources = settings.config_sources();
-    let loaded = Limits::builder()
+/// The config files loaded as the service reads them (its own tables known), to be
+/// checked or printed, not served.
+fn load_checked(
+    settings: &Settings,
+    sources: &[std::path::PathBuf],
+) -> Result<Limits, tollgate::config::ConfigError> {
+    Limits::builder()
         .extension(GatewayTable::new(settings.clone()))
         .extension(TelemetryTable)
         .extension(crate::rlqs_table::RlqsTable)
-        .load(&sources);
+        .load(sources)
+}
+
+/// `--check`: like `nginx -t`.
+fn check(settings: &Settings) -> ExitCode {
+    let sources = settings.config_sources();
+    let loaded = load_checked(settings, &sources);
     match loaded {
         Ok(limits) => {
             eprint!("{}", describe_rules(&limits.rules()));
@@ -303,11 +312,7 @@ fn check(settings: &Settings) -> ExitCode {
 /// `--print-config`: every setting in force, and which place gave it.
 fn print_config(settings: &Settings, matches: &clap::ArgMatches) -> ExitCode {
     let sources = settings.config_sources();
-    let loaded = Limits::builder()
-        .extension(GatewayTable::new(settings.clone()))
-        .extension(TelemetryTable)
-        .extension(crate::rlqs_table::RlqsTable)
-        .load(&sources);
+    let loaded = load_checked(settings, &sources);
     let limits = match loaded {
         Ok(limits) => limits,
         Err(error) => {
