@@ -96,7 +96,9 @@ impl<St: Store> LimitsBuilder<St> {
             .map_err(ConfigError::Invalid)?;
         reloader.opened(&rules);
         metrics::gauge!("tollgate_config_generation").set(1.0);
-        self.store.configure(&rules);
+        if let Some(store) = self.store.housekeeping() {
+            store.configure(&rules);
+        }
         let (sweeper, stop) = std::sync::mpsc::channel();
         let traffic = Traffic::new(Traffic::DEFAULT_SPAN, Traffic::DEFAULT_RESOLUTION);
         let shared = Arc::new(Shared {

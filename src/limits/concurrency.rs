@@ -63,7 +63,9 @@ impl<St: Store> Limits<St> {
                     rule: rule.id().get(),
                     client,
                 };
-                if let Some(future) = self.shared.store.acquire_slot(bucket, n) {
+                if let Some(future) =
+                    (self.shared.store.shared_caps()).and_then(|caps| caps.acquire_slot(bucket, n))
+                {
                     return Entry::Queued(QueuedPermit::Shared {
                         future,
                         gauge: counters.in_flight.clone(),

@@ -17,10 +17,15 @@ impl<St: Store> Target for Shared<St> {
     }
 
     fn install(&self, next: RuleSet, retired: &[RuleId]) {
-        self.store.configure(&next);
+        let housekeeping = self.store.housekeeping();
+        if let Some(store) = housekeeping {
+            store.configure(&next);
+        }
         self.active
             .store(Arc::new(Active::new(next, &self.traffic)));
-        self.store.forget(retired);
+        if let Some(store) = housekeeping {
+            store.forget(retired);
+        }
     }
 }
 

@@ -11,7 +11,10 @@ pub(super) fn restore<St: Store>(shared: &Shared<St>) {
     let Some(path) = &rules.store().snapshot else {
         return;
     };
-    match shared.store.restore_snapshot(&rules, shared.clock.now()) {
+    let Some(snapshots) = shared.store.snapshots() else {
+        return;
+    };
+    match snapshots.restore_snapshot(&rules, shared.clock.now()) {
         Ok(restored) => tracing::info!(restored, snapshot = %path.display(), "buckets restored"),
         Err(error) => tracing::warn!(%error, "snapshot ignored; starting with full buckets"),
     }
@@ -50,7 +53,8 @@ pub(super) fn start<St: Store>(
                 };
                 if last_sweep.elapsed() >= settings.sweep_interval {
                     last_sweep = std::time::Instant::now();
-                    let swept = shared.store.sweep(shared.clock.now());
+                    let swept = (shared.store.housekeeping())
+                        .map_or(0, |store| store.sweep(shared.clock.now()));
                     if swept > 0 {
                         tracing::debug!(swept, "swept buckets that had refilled");
                     }
@@ -67,7 +71,10 @@ pub(super) fn start<St: Store>(
                 {
                     last_snapshot = std::time::Instant::now();
                     let rules = shared.active.load();
-                    if let Err(error) = shared.store.save_snapshot(&rules, shared.clock.now()) {
+                    let saved = (shared.store.snapshots()).map_or(Ok(0), |store| {
+                        store.save_snapshot(&rules, shared.clock.now())
+                    });
+                    if let Err(error) = saved {
                         tracing::warn!(%error, "cannot write the snapshot");
                     }
                 }

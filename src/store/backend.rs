@@ -18,8 +18,9 @@ use std::sync::OnceLock;
 use std::task::{Context, Poll};
 
 use super::{
-    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckRequest, ManyFuture, MemoryStore, RuleId,
-    SlotFuture, SnapshotError, Store, StoreError,
+    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckRequest, Housekeeping, Inspection,
+    ManyFuture, MemoryStore, RuleId, SharedCaps, SlotFuture, SnapshotError, Snapshots, Store,
+    StoreError,
 };
 use crate::clock::Timestamp;
 use crate::config::{Backend, RuleSet};
@@ -147,21 +148,34 @@ impl Store for BackendStore {
         self.memory.check_all(requests)
     }
 
+    fn housekeeping(&self) -> Option<&dyn Housekeeping> {
+        Some(self)
+    }
+
+    fn snapshots(&self) -> Option<&dyn Snapshots> {
+        Some(self)
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+
+    fn shared_caps(&self) -> Option<&dyn SharedCaps> {
+        #[cfg(feature = "redis")]
+        if self.redis.get().is_some() {
+            return Some(self);
+        }
+        None
+    }
+}
+
+impl Housekeeping for BackendStore {
     fn forget(&self, rules: &[RuleId]) {
         self.memory.forget(rules);
         #[cfg(feature = "disk")]
         if let Some(disk) = self.disk.get() {
             disk.forget(rules);
         }
-    }
-
-    fn acquire_slot(&self, bucket: BucketRef<'_>, limit: u32) -> Option<SlotFuture> {
-        #[cfg(feature = "redis")]
-        if let Some(redis) = self.redis.get() {
-            return redis.acquire_slot(bucket, limit);
-        }
-        let _ = (bucket, limit);
-        None
     }
 
     fn configure(&self, rules: &RuleSet) {
@@ -233,7 +247,9 @@ impl Store for BackendStore {
         }
         swept
     }
+}
 
+impl Snapshots for BackendStore {
     // With Redis, the rules' buckets are Redis's to keep; what memory holds then is the
     // caller-defined buckets, and those are saved and restored as without Redis.
     fn save_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
@@ -243,7 +259,9 @@ impl Store for BackendStore {
     fn restore_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
         self.memory.restore_snapshot(rules, now)
     }
+}
 
+impl Inspection for BackendStore {
     fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {
         #[cfg(feature = "disk")]
         if let Some(disk) = self.disk.get() {
@@ -268,5 +286,16 @@ impl Store for BackendStore {
             return redis.remove(bucket);
         }
         self.memory.remove(bucket)
+    }
+}
+
+impl SharedCaps for BackendStore {
+    fn acquire_slot(&self, bucket: BucketRef<'_>, limit: u32) -> Option<SlotFuture> {
+        #[cfg(feature = "redis")]
+        if let Some(redis) = self.redis.get() {
+            return redis.acquire_slot(bucket, limit);
+        }
+        let _ = (bucket, limit);
+        None
     }
 }

@@ -193,9 +193,12 @@ pub enum StoreError {
 ///
 /// # A store of your own
 ///
-/// One method is required, [`check`](Store::check); every other has a default (several
-/// buckets decided by peek-then-take, nothing swept, no snapshot, no listing, caps kept in
-/// this process). [`BucketState`] is tollgate's engine for one bucket — every algorithm,
+/// One method is required, [`check`](Store::check); [`check_all`](Store::check_all)
+/// defaults to peek-then-take. What else a store can do is an optional trait of its own,
+/// offered through an accessor that defaults to `None`: [`Housekeeping`] (meeting each rule
+/// set, forgetting removed rules, sweeping), [`Snapshots`], [`Inspection`] (the bucket
+/// page) and [`SharedCaps`] (concurrency caps across instances), as governor keeps its
+/// housekeeping apart from its one-method state store. [`BucketState`] is tollgate's engine for one bucket — every algorithm,
 /// strict mode, peeks, refunds, shaping, carry-over across reloads — as bytes to keep
 /// wherever you like. This store (`examples/custom_store.rs`, which the test matrix holding
 /// the memory, Redis and disk stores to the same decisions runs too) keeps them in a map:
@@ -250,59 +253,78 @@ pub trait Store: Send + Sync + 'static {
         })
     }
 
-    /// Drops the buckets of rules a reload removed. Stores whose buckets expire by
-    /// themselves may ignore it (the default).
-    fn forget(&self, rules: &[RuleId]) {
-        let _ = rules;
+    /// Its housekeeping — meeting each rule set, dropping removed rules' buckets,
+    /// sweeping refilled ones — if it keeps any ([`Housekeeping`]); the default: none.
+    fn housekeeping(&self) -> Option<&dyn Housekeeping> {
+        None
     }
 
+    /// Its snapshots to `[store] snapshot`, if it writes any ([`Snapshots`]); the default:
+    /// none (a shared store outlives its clients anyway).
+    fn snapshots(&self) -> Option<&dyn Snapshots> {
+        None
+    }
+
+    /// Its buckets listed and forgiven for introspection, if it can ([`Inspection`]); the
+    /// default: nothing to list.
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        None
+    }
+
+    /// Concurrency caps shared with the other instances using it, if it shares them
+    /// ([`SharedCaps`]); the default: caps are kept in this process.
+    fn shared_caps(&self) -> Option<&dyn SharedCaps> {
+        None
+    }
+}
+
+/// A store's housekeeping ([`Store::housekeeping`]). Each method defaults to doing nothing.
+pub trait Housekeeping: Send + Sync {
     /// Meets a newly compiled rule set before it takes effect (at load and at every
     /// reload): its `[store]` table, and its rules' keys for stores that name buckets by
-    /// them. The default ignores it.
+    /// them.
     fn configure(&self, rules: &RuleSet) {
         let _ = rules;
     }
 
+    /// Drops the buckets of rules a reload removed (stores whose buckets expire by
+    /// themselves may ignore it).
+    fn forget(&self, rules: &[RuleId]) {
+        let _ = rules;
+    }
+
     /// Drops buckets that have refilled completely — they are indistinguishable from new
-    /// ones — and returns how many. Called in the background every `sweep_interval`; stores
-    /// whose buckets expire by themselves keep the default, which does nothing.
+    /// ones — and returns how many. Called in the background every `sweep_interval`.
     fn sweep(&self, now: Timestamp) -> usize {
         let _ = now;
         0
     }
+}
 
+/// A store's snapshots ([`Store::snapshots`]): its buckets written to `[store] snapshot`
+/// and read back at start.
+pub trait Snapshots: Send + Sync {
     /// Writes the buckets to `[store] snapshot`, if set, and returns how many were written.
-    /// The default writes nothing (a shared store outlives its clients anyway).
-    fn save_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
-        let _ = (rules, now);
-        Ok(0)
-    }
+    fn save_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError>;
 
     /// Reads the buckets back from `[store] snapshot`, if set, at start.
-    fn restore_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
-        let _ = (rules, now);
-        Ok(0)
-    }
+    fn restore_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError>;
+}
 
-    /// Lists buckets for introspection, filtered, sorted and bounded as `query` asks.
-    /// The default lists nothing.
-    fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {
-        let _ = query;
-        Box::pin(std::future::ready(Ok(Vec::new())))
-    }
+/// A store's buckets for introspection ([`Store::inspection`]): the admin listener's
+/// bucket page and its forgiving.
+pub trait Inspection: Send + Sync {
+    /// Lists buckets, filtered, sorted and bounded as `query` asks.
+    fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>>;
 
     /// Drops one bucket — forgiving a client — and says whether it existed.
-    /// The default forgives nothing.
-    fn remove(&self, bucket: BucketRef<'_>) -> AdminFuture<bool> {
-        let _ = bucket;
-        Box::pin(std::future::ready(Ok(false)))
-    }
+    fn remove(&self, bucket: BucketRef<'_>) -> AdminFuture<bool>;
+}
 
+/// Concurrency caps shared with other instances ([`Store::shared_caps`]).
+pub trait SharedCaps: Send + Sync {
     /// Takes one of `limit` slots of `bucket`'s concurrency cap, shared with the other
-    /// instances using this store. `None`: this store shares no caps, and the caller keeps
-    /// them in this process (the default).
-    fn acquire_slot(&self, bucket: BucketRef<'_>, limit: u32) -> Option<SlotFuture> {
-        let _ = (bucket, limit);
-        None
-    }
+    /// instances using this store. `None`: it cannot now (no runtime to wait on it, say),
+    /// and the caller keeps this cap in this process.
+    fn acquire_slot(&self, bucket: BucketRef<'_>, limit: u32) -> Option<SlotFuture>;
 }

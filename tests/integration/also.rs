@@ -94,7 +94,7 @@ async fn per_client_and_global_budgets_apply_together_and_a_refusal_charges_none
 
 /// The keys of every bucket the store holds.
 async fn listed(limits: &Limits) -> Vec<String> {
-    use tollgate::store::{BucketQuery, Store as _};
+    use tollgate::store::{BucketQuery, Inspection as _};
     let query = BucketQuery::new(limits.rules(), limits.now());
     limits
         .store()
@@ -325,7 +325,7 @@ async fn an_also_limits_reservation_is_settled_from_the_response() {
         let org = |prefix: &'static str| {
             let limits = limits.clone();
             async move {
-                use tollgate::store::{BucketQuery, Store as _};
+                use tollgate::store::{BucketQuery, Inspection as _};
                 let mut query = BucketQuery::new(limits.rules(), limits.now());
                 query.prefix = prefix.to_owned();
                 let rows = limits.store().buckets(query).await.unwrap();

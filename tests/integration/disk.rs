@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use tollgate::clock::FakeClock;
-use tollgate::store::{BackendStore, MemoryStore};
+use tollgate::store::{BackendStore, Inspection, MemoryStore};
 use tollgate::{CallerBucket, Limits, TakeOptions};
 
 use crate::redis_backend::{Step, run, scenarios};
@@ -246,7 +246,7 @@ fn a_full_disk_falls_back_to_on_backend_error_and_recovers_when_space_returns() 
 
 #[test]
 fn the_bucket_listing_and_forgive_reach_buckets_only_on_disk() {
-    use tollgate::store::{BucketQuery, BucketRef, Store as _};
+    use tollgate::store::{BucketQuery, BucketRef};
     let dir = tempfile::tempdir().unwrap();
     let config = disk_table(dir.path(), "cache_buckets = 2") + "[limits]\napi = \"5/min\"\n";
     let clock = FakeClock::new();

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tollgate::clock::FakeClock;
-use tollgate::store::{BackendStore, BucketQuery, BucketSort, MemoryStore, Store};
+use tollgate::store::{BackendStore, BucketQuery, BucketSort, Inspection, MemoryStore, Store};
 use tollgate::{Decision, Limits};
 
 use crate::support::redis::RedisServer;

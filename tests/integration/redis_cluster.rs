@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::routing::get;
 use http::StatusCode;
-use tollgate::store::{BackendStore, BucketQuery, BucketSort, Store};
+use tollgate::store::{BackendStore, BucketQuery, BucketSort, Inspection};
 use tollgate::{Limits, RateLimitLayer};
 
 use crate::redis_backend::assert_decides_as_memory;
@@ -672,7 +672,7 @@ async fn budgets_divided_among_instances_are_claimed_on_the_cluster_in_one_call(
 
 /// What `client`'s own bucket under `"/"` holds now (not the stack's speaker).
 async fn local_remaining(limits: &Limits<BackendStore>, client: &str) -> usize {
-    use tollgate::store::{BucketQuery, Store as _};
+    use tollgate::store::{BucketQuery, Inspection as _};
     let mut query = BucketQuery::new(limits.rules(), limits.now());
     query.prefix = client.to_owned();
     let rows = limits.store().buckets(query).await.unwrap();

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tollgate::config::{Per, RuleId};
 use tollgate::key::Client;
 use tollgate::store::{
-    BackendStore, BucketQuery, BucketRef, BucketSort, CALLER_DEFINED_PREFIX, Store, StoreError,
+    BackendStore, BucketQuery, BucketRef, BucketSort, CALLER_DEFINED_PREFIX, Inspection, StoreError,
 };
 
 use crate::server::json_error;

@@ -41,6 +41,7 @@ pub(super) enum Called<R, E, St: Store> {
 
 impl<F, St> Calling<F, St> {
     /// The call `future`, whose response gets `headers` once `charge` is settled.
+    #[inline]
     pub(super) fn new(
         future: F,
         headers: Option<RateLimitHeaders>,
@@ -61,7 +62,9 @@ where
     F: Future<Output = Result<Response<ResBody>, E>>,
     St: Store,
 {
-    /// The inner service's answer, settled as far as it can be at once.
+    /// The inner service's answer, settled as far as it can be at once. Inlined into the
+    /// response future's poll: the answer is then built where it is used, not copied out.
+    #[inline(always)]
     pub(super) fn poll_called(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -100,6 +100,7 @@ where
 
     /// The future for a decided request: the one place an [`Outcome`] becomes a state,
     /// whether the decision was ready at once (in `call`) or arrived later.
+    #[inline]
     pub(crate) fn settled(
         outcome: Outcome,
         service: impl ReadyService<S, B>,
@@ -148,6 +149,7 @@ where
 {
     /// Calls the ready `service` with `request` now: the one place a decided request is
     /// passed on (and where an adaptive limit starts measuring the upstream).
+    #[inline]
     fn calling(
         service: impl ReadyService<S, B>,
         request: Request<B>,
@@ -236,6 +238,7 @@ where
 
 /// An admitted response in the body style `K`, its body carrying the slot or observer
 /// (handed to the upgraded connection instead, for a protocol switch).
+#[inline]
 fn admitted<K: BodyStyle<ResBody>, ResBody>(
     answer: Answer<Response<ResBody>>,
 ) -> Response<K::Body> {

@@ -11,8 +11,8 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
 use super::{
-    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckRequest, ManyFuture, MemoryStore, RuleId,
-    Store, StoreError,
+    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckRequest, Housekeeping, Inspection,
+    ManyFuture, MemoryStore, RuleId, Store, StoreError,
 };
 use crate::clock::Timestamp;
 use crate::config::{DiskSettings, DiskSync, OnBackendError, RuleSet};
@@ -207,6 +207,16 @@ impl Store for DiskStore {
         Box::pin(std::future::ready(Ok(self.inner.decide_all(requests))))
     }
 
+    fn housekeeping(&self) -> Option<&dyn Housekeeping> {
+        Some(self)
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+}
+
+impl Housekeeping for DiskStore {
     fn forget(&self, rules: &[RuleId]) {
         self.inner.memory.forget(rules);
     }
@@ -241,7 +251,9 @@ impl Store for DiskStore {
             .fetch_max(now.as_unix_nanos(), Ordering::Relaxed);
         self.inner.memory.sweep_idle(now)
     }
+}
 
+impl Inspection for DiskStore {
     /// Every bucket of the rules in force, read from disk (where every bucket is, the
     /// cached ones as they are now) into a scratch store of at most a million buckets,
     /// then filtered, sorted and cut as in memory.

@@ -17,7 +17,7 @@ use crate::store::{
 };
 
 impl MemoryStore {
-    /// The buckets `query` asks for; what [`Store::buckets`](crate::store::Store::buckets) returns, synchronously.
+    /// The buckets `query` asks for; what [`Inspection::buckets`](crate::store::Inspection::buckets) returns, synchronously.
     pub fn list(&self, query: &BucketQuery) -> Vec<BucketRow> {
         let now = query.now.as_unix_nanos();
         let rules: HashMap<RuleId, &Rule> = query

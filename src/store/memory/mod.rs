@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 
 use super::{
-    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, ManyFuture, RuleId,
-    SnapshotError, Store, StoreError, all_or_nothing,
+    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, Housekeeping,
+    Inspection, ManyFuture, RuleId, SnapshotError, Snapshots, Store, StoreError, all_or_nothing,
 };
 use crate::algorithm::{Algorithm, gcra};
 use crate::clock::Timestamp;
@@ -429,6 +429,20 @@ impl Store for MemoryStore {
         Box::pin(ready(Ok(self.decide_all(requests))))
     }
 
+    fn housekeeping(&self) -> Option<&dyn Housekeeping> {
+        Some(self)
+    }
+
+    fn snapshots(&self) -> Option<&dyn Snapshots> {
+        Some(self)
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+}
+
+impl Housekeeping for MemoryStore {
     fn forget(&self, rules: &[RuleId]) {
         self.forget_rules(rules);
     }
@@ -440,7 +454,9 @@ impl Store for MemoryStore {
     fn sweep(&self, now: Timestamp) -> usize {
         self.sweep_idle(now)
     }
+}
 
+impl Snapshots for MemoryStore {
     fn save_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
         self.save(rules, now)
     }
@@ -448,7 +464,9 @@ impl Store for MemoryStore {
     fn restore_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
         self.restore(rules, now)
     }
+}
 
+impl Inspection for MemoryStore {
     fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {
         Box::pin(ready(Ok(self.list(&query))))
     }

@@ -100,8 +100,8 @@ use self::scripts::{decision_from, script_args};
 use self::shards::Shards;
 pub use self::shares::{CLAIMS_PER_CALL, ShareClaim, SharePart, ShareTerms};
 use super::{
-    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, ManyFuture,
-    MemoryStore, RuleId, SlotFuture, Store, StoreError,
+    AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, Housekeeping,
+    Inspection, ManyFuture, MemoryStore, RuleId, SharedCaps, SlotFuture, Store, StoreError,
 };
 use crate::algorithm::Algorithm;
 use crate::clock::Timestamp;
@@ -341,17 +341,6 @@ impl Store for RedisStore {
         "redis"
     }
 
-    fn acquire_slot(&self, bucket: BucketRef<'_>, limit: u32) -> Option<SlotFuture> {
-        tokio::runtime::Handle::try_current().ok()?;
-        let settings = self.inner.settings.load();
-        let key = self
-            .inner
-            .rules
-            .load()
-            .bucket_key(&settings.key_prefix, bucket)?;
-        Some(self.inner.acquire_slot(&key, limit))
-    }
-
     fn check_all<'a>(&'a self, requests: &'a [CheckRequest<'a>]) -> ManyFuture<'a> {
         self.decide_many(requests)
     }
@@ -437,6 +426,20 @@ impl Store for RedisStore {
         })
     }
 
+    fn housekeeping(&self) -> Option<&dyn Housekeeping> {
+        Some(self)
+    }
+
+    fn inspection(&self) -> Option<&dyn Inspection> {
+        Some(self)
+    }
+
+    fn shared_caps(&self) -> Option<&dyn SharedCaps> {
+        Some(self)
+    }
+}
+
+impl Housekeeping for RedisStore {
     fn configure(&self, rules: &RuleSet) {
         let inner = &self.inner;
         let settings = &rules.store().redis;
@@ -467,7 +470,9 @@ impl Store for RedisStore {
         // Redis expires its keys; only the fallback buckets need sweeping.
         self.inner.local.sweep_idle(now)
     }
+}
 
+impl Inspection for RedisStore {
     fn buckets(&self, query: BucketQuery) -> AdminFuture<Vec<BucketRow>> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
@@ -502,6 +507,19 @@ impl Store for RedisStore {
                 .map_err(unavailable)?;
             Ok(removed > 0)
         })
+    }
+}
+
+impl SharedCaps for RedisStore {
+    fn acquire_slot(&self, bucket: BucketRef<'_>, limit: u32) -> Option<SlotFuture> {
+        tokio::runtime::Handle::try_current().ok()?;
+        let settings = self.inner.settings.load();
+        let key = self
+            .inner
+            .rules
+            .load()
+            .bucket_key(&settings.key_prefix, bucket)?;
+        Some(self.inner.acquire_slot(&key, limit))
     }
 }
 
