@@ -337,7 +337,6 @@ impl RuleSet {
             .filter(|rule| rule.also().is_some())
     }
 
-    #[cfg(feature = "redis")]
     /// Every rule that keeps buckets of its own: the rules, their candidates and their
     /// `also` limits (a plan's variant shares its rule's).
     pub(crate) fn bucket_rules(&self) -> impl Iterator<Item = &Rule> {
@@ -346,15 +345,6 @@ impl RuleSet {
                 .iter()
                 .filter(|rule| rule.also().is_some() || rule.candidate().is_some()),
         )
-    }
-
-    /// The rule or `also` limit a shared store names its buckets by (`api`, `api#org`;
-    /// see `Rule::store_key`), if the set has it.
-    pub(crate) fn by_store_key(&self, key: &str) -> Option<&Rule> {
-        match key.split_once('#') {
-            Some((rule, name)) => self.also_named(self.get(rule)?, name),
-            None => self.get(key),
-        }
     }
 
     /// The `also` limit `name` of `rule` (its own, not its ancestors'), if it has one.

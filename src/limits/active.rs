@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::concurrency::Concurrency;
 use crate::config::RuleSet;
+use crate::store::StoreRules;
 #[cfg(feature = "insight")]
 use crate::traffic::{CandidateTraffic, PeakTracker};
 use crate::traffic::{Reserves, RuleCounters, Traffic};
@@ -13,6 +14,8 @@ use crate::traffic::{Reserves, RuleCounters, Traffic};
 /// One generation of rules, with each rule's counters (index for index).
 pub(crate) struct Active {
     rules: Arc<RuleSet>,
+    /// The rules as the store is told of them.
+    store_rules: StoreRules,
     /// `None` for unlimited rules and candidates, which count nothing of their own.
     counters: Box<[Option<RuleCounters>]>,
     /// What is measured beside the decision, per rule and variant (index for index).
@@ -91,6 +94,7 @@ impl Active {
             })
             .collect();
         Active {
+            store_rules: StoreRules::new(&rules),
             rules: Arc::new(rules),
             counters,
             #[cfg(feature = "insight")]
@@ -101,6 +105,11 @@ impl Active {
     /// The rule set, shared.
     pub(crate) fn rules(&self) -> &Arc<RuleSet> {
         &self.rules
+    }
+
+    /// The rule set as the store is told of it.
+    pub(crate) fn store_rules(&self) -> &StoreRules {
+        &self.store_rules
     }
 
     /// The counters of the rule at `index` (limited rules only).

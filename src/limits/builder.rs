@@ -96,13 +96,14 @@ impl<St: Store> LimitsBuilder<St> {
             .map_err(ConfigError::Invalid)?;
         reloader.opened(&rules);
         metrics::gauge!("tollgate_config_generation").set(1.0);
+        let traffic = Traffic::new(Traffic::DEFAULT_SPAN, Traffic::DEFAULT_RESOLUTION);
+        let active = Active::new(rules, &traffic);
         if let Some(store) = self.store.housekeeping() {
-            store.configure(&rules);
+            store.configure(active.store_rules());
         }
         let (sweeper, stop) = std::sync::mpsc::channel();
-        let traffic = Traffic::new(Traffic::DEFAULT_SPAN, Traffic::DEFAULT_RESOLUTION);
         let shared = Arc::new(Shared {
-            active: ArcSwap::from_pointee(Active::new(rules, &traffic)),
+            active: ArcSwap::from_pointee(active),
             traffic,
             store: self.store,
             clock: self

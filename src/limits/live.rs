@@ -18,11 +18,11 @@ impl<St: Store> Target for Shared<St> {
 
     fn install(&self, next: RuleSet, retired: &[RuleId]) {
         let housekeeping = self.store.housekeeping();
+        let next = Active::new(next, &self.traffic);
         if let Some(store) = housekeeping {
-            store.configure(&next);
+            store.configure(next.store_rules());
         }
-        self.active
-            .store(Arc::new(Active::new(next, &self.traffic)));
+        self.active.store(Arc::new(next));
         if let Some(store) = housekeeping {
             store.forget(retired);
         }

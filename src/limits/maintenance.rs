@@ -14,7 +14,7 @@ pub(super) fn restore<St: Store>(shared: &Shared<St>) {
     let Some(snapshots) = shared.store.snapshots() else {
         return;
     };
-    match snapshots.restore_snapshot(&rules, shared.clock.now()) {
+    match snapshots.restore_snapshot(rules.store_rules(), shared.clock.now()) {
         Ok(restored) => tracing::info!(restored, snapshot = %path.display(), "buckets restored"),
         Err(error) => tracing::warn!(%error, "snapshot ignored; starting with full buckets"),
     }
@@ -72,7 +72,7 @@ pub(super) fn start<St: Store>(
                     last_snapshot = std::time::Instant::now();
                     let rules = shared.active.load();
                     let saved = (shared.store.snapshots()).map_or(Ok(0), |store| {
-                        store.save_snapshot(&rules, shared.clock.now())
+                        store.save_snapshot(rules.store_rules(), shared.clock.now())
                     });
                     if let Err(error) = saved {
                         tracing::warn!(%error, "cannot write the snapshot");

@@ -131,9 +131,10 @@ impl<St: Store> Limits<St> {
     /// Writes the buckets to `[store] snapshot` now (the gateway does on graceful shutdown);
     /// returns how many were written, 0 when no snapshot is configured.
     pub fn save_snapshot(&self) -> Result<usize, crate::store::SnapshotError> {
-        let rules = self.rules();
-        (self.shared.store.snapshots())
-            .map_or(Ok(0), |store| store.save_snapshot(&rules, self.now()))
+        let active = self.active();
+        (self.shared.store.snapshots()).map_or(Ok(0), |store| {
+            store.save_snapshot(active.store_rules(), self.now())
+        })
     }
 
     /// The current time on this limiter's clock.

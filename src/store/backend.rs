@@ -17,13 +17,14 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 use std::task::{Context, Poll};
 
+use super::StoreRules;
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckRequest, Housekeeping, Inspection,
     ManyFuture, MemoryStore, RuleId, SharedCaps, SlotFuture, SnapshotError, Snapshots, Store,
     StoreError,
 };
 use crate::clock::Timestamp;
-use crate::config::{Backend, RuleSet};
+use crate::config::Backend;
 use crate::decision::Decision;
 
 #[cfg(feature = "disk")]
@@ -178,12 +179,12 @@ impl Housekeeping for BackendStore {
         }
     }
 
-    fn configure(&self, rules: &RuleSet) {
-        let wanted = rules.store().backend;
+    fn configure(&self, rules: &StoreRules) {
+        let wanted = rules.settings().backend;
         let chosen = *self.chosen.get_or_init(|| {
             #[cfg(feature = "disk")]
             if wanted == Backend::Disk {
-                let store = &rules.store();
+                let store = &rules.settings();
                 match DiskStore::open(&store.disk, store.redis.on_backend_error) {
                     Ok(disk) => {
                         let _ = self.disk.set(disk);
@@ -197,7 +198,7 @@ impl Housekeeping for BackendStore {
             }
             #[cfg(feature = "redis")]
             if wanted.is_redis() {
-                let settings = &rules.store().redis;
+                let settings = &rules.settings().redis;
                 let store = match wanted {
                     Backend::RedisCluster => RedisStore::cluster(settings),
                     Backend::RedisSentinel => RedisStore::sentinel(settings),
@@ -252,11 +253,11 @@ impl Housekeeping for BackendStore {
 impl Snapshots for BackendStore {
     // With Redis, the rules' buckets are Redis's to keep; what memory holds then is the
     // caller-defined buckets, and those are saved and restored as without Redis.
-    fn save_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
+    fn save_snapshot(&self, rules: &StoreRules, now: Timestamp) -> Result<usize, SnapshotError> {
         self.memory.save_snapshot(rules, now)
     }
 
-    fn restore_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
+    fn restore_snapshot(&self, rules: &StoreRules, now: Timestamp) -> Result<usize, SnapshotError> {
         self.memory.restore_snapshot(rules, now)
     }
 }

@@ -39,6 +39,7 @@ mod inspect;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
+mod rules;
 mod snapshot;
 
 use std::future::Future;
@@ -52,6 +53,7 @@ pub use inspect::{BucketQuery, BucketRow, BucketSort, CALLER_DEFINED_PREFIX, CAL
 pub use memory::{BucketState, DamagedState, MemoryStore};
 #[cfg(feature = "redis")]
 pub use redis::{CLAIMS_PER_CALL, RedisFuture, RedisStore, ShareClaim, SharePart, ShareTerms};
+pub use rules::{StoreRules, StoredRule};
 pub use snapshot::SnapshotError;
 
 /// The future of [`Store::check_all`]: one decision per request, in order.
@@ -67,7 +69,6 @@ pub use crate::config::RuleId;
 use crate::Quota;
 use crate::algorithm::{Algorithm, Shaping};
 use crate::clock::Timestamp;
-use crate::config::RuleSet;
 use crate::decision::Decision;
 use crate::key::Client;
 
@@ -283,7 +284,7 @@ pub trait Housekeeping: Send + Sync {
     /// Meets a newly compiled rule set before it takes effect (at load and at every
     /// reload): its `[store]` table, and its rules' keys for stores that name buckets by
     /// them.
-    fn configure(&self, rules: &RuleSet) {
+    fn configure(&self, rules: &StoreRules) {
         let _ = rules;
     }
 
@@ -305,10 +306,10 @@ pub trait Housekeeping: Send + Sync {
 /// and read back at start.
 pub trait Snapshots: Send + Sync {
     /// Writes the buckets to `[store] snapshot`, if set, and returns how many were written.
-    fn save_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError>;
+    fn save_snapshot(&self, rules: &StoreRules, now: Timestamp) -> Result<usize, SnapshotError>;
 
     /// Reads the buckets back from `[store] snapshot`, if set, at start.
-    fn restore_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError>;
+    fn restore_snapshot(&self, rules: &StoreRules, now: Timestamp) -> Result<usize, SnapshotError>;
 }
 
 /// A store's buckets for introspection ([`Store::inspection`]): the admin listener's

@@ -8,18 +8,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use fjall::compaction::filter::{CompactionFilter, Context, Factory, ItemAccessor, Verdict};
 
-use crate::config::Rule;
 use crate::key::Client;
+use crate::store::StoredRule;
 use crate::store::snapshot::Layout;
 
 /// `rule`'s key prefix: its store key, a zero byte, and a hash of everything its buckets
 /// mean (its limit, written out), big-endian.
-pub(super) fn rule_prefix(rule: &Rule) -> Arc<[u8]> {
+pub(super) fn rule_prefix(rule: &StoredRule) -> Arc<[u8]> {
     let mut params = String::new();
-    let _ = write!(params, "{:?}", rule.limit());
+    let _ = write!(params, "{:?}", rule.limit);
     let hash = xxhash_rust::xxh3::xxh3_64(params.as_bytes());
-    let mut prefix = Vec::with_capacity(rule.store_key().len() + 9);
-    prefix.extend_from_slice(rule.store_key().as_bytes());
+    let mut prefix = Vec::with_capacity(rule.key.len() + 9);
+    prefix.extend_from_slice(rule.key.as_bytes());
     prefix.push(0);
     prefix.extend_from_slice(&hash.to_be_bytes());
     prefix.into()

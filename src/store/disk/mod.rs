@@ -10,12 +10,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
+use super::StoreRules;
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckRequest, Housekeeping, Inspection,
     ManyFuture, MemoryStore, RuleId, Store, StoreError,
 };
 use crate::clock::Timestamp;
-use crate::config::{DiskSettings, DiskSync, OnBackendError, RuleSet};
+use crate::config::{DiskSettings, DiskSync, OnBackendError};
 use crate::decision::Decision;
 
 use self::engine::{Handles, Inner, STRIPES, open_db, start_syncing};
@@ -221,23 +222,24 @@ impl Housekeeping for DiskStore {
         self.inner.memory.forget(rules);
     }
 
-    fn configure(&self, rules: &RuleSet) {
+    fn configure(&self, rules: &StoreRules) {
         let inner = &self.inner;
         inner.memory.configure(rules);
         // The cache's bound, not `max_buckets`: the rest of the buckets are on disk.
         inner
             .memory
-            .set_max_buckets(rules.store().disk.cache_buckets);
-        if rules.store().disk.sync != inner.sync {
+            .set_max_buckets(rules.settings().disk.cache_buckets);
+        if rules.settings().disk.sync != inner.sync {
             tracing::warn!("[store] sync_interval of the disk backend applies at the next restart");
         }
         inner
             .on_error
-            .store(Arc::new(rules.store().redis.on_backend_error));
+            .store(Arc::new(rules.settings().redis.on_backend_error));
         let previous = inner.prefixes.load_full();
         let mut next: HashMap<RuleId, Arc<[u8]>> = rules
-            .bucket_rules()
-            .map(|rule| (rule.id(), codec::rule_prefix(rule)))
+            .rules()
+            .iter()
+            .map(|rule| (rule.id, codec::rule_prefix(rule)))
             .collect();
         for (id, prefix) in previous.iter() {
             next.entry(*id).or_insert_with(|| Arc::clone(prefix));
@@ -266,7 +268,8 @@ impl Inspection for DiskStore {
         let scratch = MemoryStore::new();
         scratch.set_max_buckets(usize::MAX);
         let mut scanned = 0usize;
-        'rules: for rule in query.rules.rules().iter().chain(query.rules.also_limits()) {
+        let stored = StoreRules::new(&query.rules);
+        'rules: for rule in stored.rules().iter().filter(|rule| !rule.candidate) {
             let prefix = codec::rule_prefix(rule);
             for item in keyspace.prefix(&*prefix) {
                 if scanned >= LIST_SCAN {
@@ -289,7 +292,7 @@ impl Inspection for DiskStore {
                     _ => continue,
                 };
                 let bucket = BucketRef {
-                    rule: rule.id(),
+                    rule: rule.id,
                     client: client.as_ref(),
                 };
                 scratch.import_bucket(bucket, layout, words, now);

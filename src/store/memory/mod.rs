@@ -29,13 +29,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
+use super::StoreRules;
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, Housekeeping,
     Inspection, ManyFuture, RuleId, SnapshotError, Snapshots, Store, StoreError, all_or_nothing,
 };
 use crate::algorithm::{Algorithm, gcra};
 use crate::clock::Timestamp;
-use crate::config::RuleSet;
 use crate::decision::Decision;
 use crate::quota::IntervalId;
 
@@ -447,8 +447,8 @@ impl Housekeeping for MemoryStore {
         self.forget_rules(rules);
     }
 
-    fn configure(&self, rules: &RuleSet) {
-        self.set_max_buckets(rules.store().max_buckets);
+    fn configure(&self, rules: &StoreRules) {
+        self.set_max_buckets(rules.settings().max_buckets);
     }
 
     fn sweep(&self, now: Timestamp) -> usize {
@@ -457,11 +457,11 @@ impl Housekeeping for MemoryStore {
 }
 
 impl Snapshots for MemoryStore {
-    fn save_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
+    fn save_snapshot(&self, rules: &StoreRules, now: Timestamp) -> Result<usize, SnapshotError> {
         self.save(rules, now)
     }
 
-    fn restore_snapshot(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
+    fn restore_snapshot(&self, rules: &StoreRules, now: Timestamp) -> Result<usize, SnapshotError> {
         self.restore(rules, now)
     }
 }

@@ -8,10 +8,10 @@ use super::state::State;
 use super::tables::{Compact, Entry, compact_ip, seen_stamp};
 use super::{MemoryStore, hash_compact};
 use crate::clock::Timestamp;
-use crate::config::{Limit, Per, RuleId, RuleSet};
+use crate::config::{Limit, RuleId};
 use crate::quota::IntervalId;
-use crate::store::SnapshotError;
 use crate::store::snapshot::{self, Layout, Record};
+use crate::store::{SnapshotError, StoreRules};
 #[cfg(feature = "disk")]
 use crate::{
     decision::Decision,
@@ -24,8 +24,8 @@ pub(super) const CALLER_DEFINED_KEY: &str = "/rl";
 
 impl MemoryStore {
     /// Writes every bucket to `[store] snapshot`, if set; how many were written.
-    pub(super) fn save(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
-        let Some(path) = &rules.store().snapshot else {
+    pub(super) fn save(&self, rules: &StoreRules, now: Timestamp) -> Result<usize, SnapshotError> {
+        let Some(path) = &rules.settings().snapshot else {
             return Ok(0);
         };
         let records = self.export(rules);
@@ -34,26 +34,31 @@ impl MemoryStore {
     }
 
     /// Reads `[store] snapshot` back, if set; how many buckets were restored.
-    pub(super) fn restore(&self, rules: &RuleSet, now: Timestamp) -> Result<usize, SnapshotError> {
-        match &rules.store().snapshot {
+    pub(super) fn restore(
+        &self,
+        rules: &StoreRules,
+        now: Timestamp,
+    ) -> Result<usize, SnapshotError> {
+        match &rules.settings().snapshot {
             Some(path) => Ok(self.import(rules, snapshot::read(path)?, now.as_unix_nanos())),
             None => Ok(0),
         }
     }
 
     /// Every bucket of a rule in `rules`, for a snapshot.
-    fn export(&self, rules: &RuleSet) -> Vec<Record> {
-        let keys: HashMap<RuleId, std::borrow::Cow<'_, str>> = rules
+    fn export(&self, rules: &StoreRules) -> Vec<Record> {
+        // Candidates' buckets are left out: a candidate starts afresh after a restart.
+        let keys: HashMap<RuleId, &str> = rules
             .rules()
             .iter()
-            .chain(rules.also_limits())
-            .map(|rule| (rule.id(), rule.store_key()))
+            .filter(|rule| !rule.candidate)
+            .map(|rule| (rule.id, &*rule.key))
             .collect();
         let mut records = Vec::new();
         for shard in &self.shards {
             shard.0.lock().for_each(|entry| {
                 let rule = match keys.get(&entry.rule) {
-                    Some(rule) => rule.as_ref(),
+                    Some(rule) => *rule,
                     None if entry.rule == RuleId::CALLER_DEFINED => CALLER_DEFINED_KEY,
                     None => return,
                 };
@@ -71,7 +76,7 @@ impl MemoryStore {
 
     /// Puts snapshot buckets back under today's rules; buckets of rules that are gone, or
     /// whose kind of bucket changed, or that have refilled meanwhile, are skipped.
-    fn import(&self, rules: &RuleSet, records: Vec<Record>, now: u64) -> usize {
+    fn import(&self, rules: &StoreRules, records: Vec<Record>, now: u64) -> usize {
         let mut restored = 0;
         for record in records {
             let Some((id, state)) = restored_state(rules, record.rule.as_str(), &record) else {
@@ -236,25 +241,18 @@ pub(crate) fn layout_words(state: &State) -> (Layout, Vec<u64>) {
 
 /// The id and state a snapshot record takes under today's rules, if it still fits them: its
 /// rule exists and keeps the same kind of bucket — or it is a caller-defined bucket.
-fn restored_state(rules: &RuleSet, key: &str, record: &Record) -> Option<(RuleId, State)> {
+fn restored_state(rules: &StoreRules, key: &str, record: &Record) -> Option<(RuleId, State)> {
     let words = &record.words;
     if key == CALLER_DEFINED_KEY {
         let words: [u64; 6] = words.as_slice().try_into().ok()?;
         return (record.layout == Layout::Discrete && record.client.is_some())
             .then(|| (RuleId::CALLER_DEFINED, State::Discrete(Box::new(words))));
     }
-    let rule = rules.by_store_key(key)?;
-    let global = matches!(
-        rule.limit(),
-        Limit::Limited {
-            per: Per::Global,
-            ..
-        }
-    );
-    if !matches!(rule.limit(), Limit::Limited { .. }) || global != record.client.is_none() {
+    let rule = rules.by_key(key).filter(|rule| !rule.candidate)?;
+    if !matches!(rule.limit, Limit::Limited { .. }) || rule.global() != record.client.is_none() {
         return None;
     }
-    Some((rule.id(), state_from(record.layout, words)?))
+    Some((rule.id, state_from(record.layout, words)?))
 }
 
 /// The state stored `words` in `layout` stand for (a rule's bucket: not a caller-defined

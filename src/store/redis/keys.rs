@@ -15,8 +15,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::config::RuleSet;
-use crate::store::{BucketRef, RuleId};
+use crate::store::{BucketRef, RuleId, StoreRules};
 
 /// The rule keys of the current rule set and the one before it, by id: a request resolved
 /// against the previous set can still be in flight when the next one is configured.
@@ -25,10 +24,11 @@ pub(super) struct RuleKeys(HashMap<RuleId, Arc<str>>);
 
 impl RuleKeys {
     /// The keys of `rules`, keeping those of `previous` that `rules` does not reuse.
-    pub(super) fn next(rules: &RuleSet, previous: &RuleKeys, current: &[RuleId]) -> RuleKeys {
+    pub(super) fn next(rules: &StoreRules, previous: &RuleKeys, current: &[RuleId]) -> RuleKeys {
         let mut keys: HashMap<RuleId, Arc<str>> = rules
-            .bucket_rules()
-            .map(|rule| (rule.id(), Arc::from(rule.store_key())))
+            .rules()
+            .iter()
+            .map(|rule| (rule.id, Arc::clone(&rule.key)))
             .collect();
         for id in current {
             if let Some(key) = previous.0.get(id) {
@@ -39,8 +39,8 @@ impl RuleKeys {
     }
 
     /// Every rule id of `rules`: what the next generation keeps the keys of, one reload longer.
-    pub(super) fn ids(rules: &RuleSet) -> Vec<RuleId> {
-        rules.bucket_rules().map(|rule| rule.id()).collect()
+    pub(super) fn ids(rules: &StoreRules) -> Vec<RuleId> {
+        rules.rules().iter().map(|rule| rule.id).collect()
     }
 
     /// The Redis key of `bucket`, or `None` for a rule this store has not been told of.
@@ -88,7 +88,7 @@ mod tests {
         .unwrap()
         .rules()
         .clone();
-        let keys = RuleKeys::next(&rules, &RuleKeys::default(), &[]);
+        let keys = RuleKeys::next(&StoreRules::new(&rules), &RuleKeys::default(), &[]);
         let id = |key: &str| rules.get(key).unwrap().id();
         let name = |rule, client| keys.bucket_key("t:", BucketRef { rule, client }).unwrap();
         let client = Client::from_segment("search");
@@ -118,7 +118,7 @@ mod tests {
             "[limits.api]\nrate = \"100/min\"\ncandidates = [\"3/min\", [\"5/min\", \"1/s\"]]\n",
         )
         .unwrap();
-        let keys = RuleKeys::next(&rules, &RuleKeys::default(), &[]);
+        let keys = RuleKeys::next(&StoreRules::new(&rules), &RuleKeys::default(), &[]);
         let api = rules.get("api").unwrap();
         let client = Client::from_segment("me");
         let name = |rule| {
@@ -134,6 +134,6 @@ mod tests {
         let names: Vec<String> = rules.candidates(api).map(|(_, c)| name(c.id())).collect();
         assert_eq!(name(api.id()), "t:{api/me}c");
         assert_eq!(names, ["t:{api#3:min/me}c", "t:{api#5:min, 1:s/me}c"]);
-        assert_eq!(RuleKeys::ids(&rules).len(), 3);
+        assert_eq!(RuleKeys::ids(&StoreRules::new(&rules)).len(), 3);
     }
 }

@@ -99,13 +99,14 @@ use self::pool::Pool;
 use self::scripts::{decision_from, script_args};
 use self::shards::Shards;
 pub use self::shares::{CLAIMS_PER_CALL, ShareClaim, SharePart, ShareTerms};
+use super::StoreRules;
 use super::{
     AdminFuture, BucketQuery, BucketRef, BucketRow, CheckMode, CheckRequest, Housekeeping,
     Inspection, ManyFuture, MemoryStore, RuleId, SharedCaps, SlotFuture, Store, StoreError,
 };
 use crate::algorithm::Algorithm;
 use crate::clock::Timestamp;
-use crate::config::{RedisSettings, RuleSet, SyncMode};
+use crate::config::{RedisSettings, SyncMode};
 use crate::decision::Decision;
 
 /// The Redis bucket store: cheap to clone, every clone the same store.
@@ -440,9 +441,9 @@ impl Store for RedisStore {
 }
 
 impl Housekeeping for RedisStore {
-    fn configure(&self, rules: &RuleSet) {
+    fn configure(&self, rules: &StoreRules) {
         let inner = &self.inner;
-        let settings = &rules.store().redis;
+        let settings = &rules.settings().redis;
         let previous = inner.settings.load();
         if previous.nodes != settings.nodes
             || previous.connections != settings.connections
