@@ -90,7 +90,10 @@ pub mod key;
 pub mod middleware;
 pub mod reload;
 pub mod store;
+#[cfg(feature = "insight")]
 pub mod traffic;
+#[cfg(not(feature = "insight"))]
+mod traffic;
 
 mod algorithm;
 mod atomic_file;

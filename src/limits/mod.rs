@@ -117,6 +117,7 @@ impl<St: Store> Limits<St> {
         self.shared.active.load()
     }
 
+    #[cfg(feature = "insight")]
     /// Every rule's traffic over time, and the clients each refused most: what the
     /// operator's page charts.
     pub fn traffic(&self) -> &Traffic {

@@ -29,41 +29,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::seen::Seen;
+
 use crate::clock::{Timestamp, duration_nanos};
-
-/// What happened to a request, as the traffic charts count it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Seen {
-    /// Passed (including requests held first, which are also [`Seen::Delayed`]; not those
-    /// a shadow rule objected to, which are [`Seen::ShadowRefused`]), as the
-    /// `tollgate_requests_total` metric counts them.
-    Admitted,
-    /// Refused by the rule's rate or its concurrency cap.
-    Refused,
-    /// A shadow rule would have refused it; it passed.
-    ShadowRefused,
-    /// Held until its turn (`on_limit = "delay"`), then passed.
-    Delayed,
-}
-
-impl Seen {
-    /// Every kind, in the order [`Counts`] lists them.
-    pub const ALL: [Seen; 4] = [
-        Seen::Admitted,
-        Seen::Refused,
-        Seen::ShadowRefused,
-        Seen::Delayed,
-    ];
-
-    fn index(self) -> usize {
-        match self {
-            Seen::Admitted => 0,
-            Seen::Refused => 1,
-            Seen::ShadowRefused => 2,
-            Seen::Delayed => 3,
-        }
-    }
-}
 
 /// The counts of one slot (or of several added up).
 ///

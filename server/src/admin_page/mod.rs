@@ -10,6 +10,10 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
+use self::text::{ago, encode, escape, items, number, text};
+
+mod text;
+
 /// The data the page opens with: `/buckets`', `/traffic`' and `/config`'s answers.
 pub(super) struct View {
     pub(super) buckets: Value,
@@ -88,51 +92,6 @@ fn rlqs(answer: &Value) -> String {
     }
     out.push_str("</tbody></table></section>");
     out
-}
-
-/// Text for HTML, in an element or a quoted attribute.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// A query-string value.
-fn encode(text: &str) -> String {
-    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
-}
-
-fn text(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
-fn number(value: &Value) -> f64 {
-    value.as_f64().unwrap_or(0.0)
-}
-
-/// "12 s ago", as the script writes it.
-fn ago(seconds: f64, now: f64) -> String {
-    let delta = (now - seconds).max(0.0);
-    if delta < 60.0 {
-        format!("{} s ago", delta.round())
-    } else if delta < 3600.0 {
-        format!("{} min ago", (delta / 60.0).round())
-    } else {
-        format!("{} h ago", (delta / 3600.0).round())
-    }
 }
 
 fn generation(config: &Value, now: f64) -> String {
@@ -595,11 +554,6 @@ fn reloads(config: &Value) -> String {
         out.push_str("</li>");
     }
     out
-}
-
-/// The elements of `value` if it is an array, else none.
-fn items(value: &Value) -> &[Value] {
-    value.as_array().map_or(&[][..], Vec::as_slice)
 }
 
 #[cfg(test)]
