@@ -50,8 +50,9 @@
 //! - [`store`]: where buckets live — in memory, on disk (feature `disk`), in Redis, a
 //!   Cluster or behind Sentinel (feature `redis`) — and the [`store::Store`] trait.
 //! - [`reload`]: live configuration's status and events; [`clock`]: time, injected.
-//! - Feature `insight`: candidate limits and suggested limits (`Limits::candidates`,
-//!   `Limits::suggest`), the console's measurements; off by default, on in the service.
+//! - Feature `insight`: the console's measurements — each rule's traffic over time
+//!   (`Limits::traffic`, the `traffic` module), candidate limits and suggested limits
+//!   (`Limits::candidates`, `Limits::suggest`); off by default, on in the service.
 //!
 //! The repository's README and its `docs/` folder are the manual (keys and rules, identity,
 //! configuration, stores, live configuration, how limiting works); its `server/` crate,
