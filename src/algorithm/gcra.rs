@@ -64,13 +64,7 @@ pub(crate) fn decide(tats: &mut [u64], quotas: &[Quota], ask: Ask<'_>) -> Decisi
 
 /// [`decide`] for any number of quotas: all must admit; the most restrictive describes.
 fn decide_many(tats: &mut [u64], quotas: &[Quota], ask: Ask<'_>) -> Decision {
-    let Ask {
-        cost,
-        now,
-        mode,
-        strict,
-        shaping,
-    } = ask;
+    let (cost, now, mode, strict, shaping) = ask.parts();
     let refuses = |tat: u64, quota: &Quota| {
         let after = tat.max(now).saturating_add(
             super::quota_cost(quota, cost, mode).saturating_mul(quota.interval_nanos()),
@@ -170,13 +164,7 @@ pub(crate) fn describe(
 /// compare across quotas.
 #[inline]
 fn decide_one(tat: &mut u64, quota: &Quota, ask: Ask<'_>) -> Decision {
-    let Ask {
-        cost,
-        now,
-        mode,
-        strict,
-        shaping,
-    } = ask;
+    let (cost, now, mode, strict, shaping) = ask.parts();
     let interval = quota.interval_nanos();
     let tolerance = shaping.tolerance(quota);
     // What this request takes, in nanoseconds of the quota's interval.

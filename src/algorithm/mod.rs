@@ -107,6 +107,14 @@ pub(crate) struct Ask<'a> {
     pub(crate) shaping: &'a Shaping,
 }
 
+impl<'a> Ask<'a> {
+    /// Its fields, to be named at once: cost, instant, mode, strictness, shaping.
+    #[inline]
+    pub(crate) fn parts(self) -> (u64, u64, CheckMode, bool, &'a Shaping) {
+        (self.cost, self.now, self.mode, self.strict, self.shaping)
+    }
+}
+
 /// An [`Ask`] in one line, for tests.
 #[cfg(test)]
 pub(crate) fn ask(

@@ -124,13 +124,7 @@ impl Warm {
 /// Decides a request of `cost` at `now` against a warming `quota`: the GCRA engine's
 /// arguments, plus the bucket's ramp.
 pub(crate) fn decide(state: &mut Warm, quota: &Quota, ramp: &Ramp, ask: Ask<'_>) -> Decision {
-    let Ask {
-        cost,
-        now,
-        mode,
-        strict,
-        shaping,
-    } = ask;
+    let (cost, now, mode, strict, shaping) = ask.parts();
     let interval = quota.interval_nanos();
     let tolerance = shaping.tolerance(quota);
     let stored = state.stored_at(ramp, now);
