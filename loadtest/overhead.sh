@@ -6,7 +6,9 @@
 #   bash loadtest/overhead.sh                  # everything, ~15 minutes
 #   PARTS="layer" bash loadtest/overhead.sh    # only the callgrind rows (~5 minutes)
 #
-# PARTS (default "layer gateway decision"; add "profile" and "contention") picks the parts:
+# PARTS (default "layer gateway decision"; add "profile" and "contention") picks the parts;
+# the guard at the end compares the layer and profile rows with the figures BENCHMARKS.md
+# records ("Regression guard") and exits 3 if one is more than GUARD_PERCENT (3) % worse:
 #
 # - layer: instructions per request under callgrind (loadtest/axum.sh, MEASURE=instructions)
 #   for bare axum "hello", behind tollgate (IETF headers; headers = "none") and behind
@@ -180,3 +182,31 @@ if [ -f "$out/decision" ]; then
   ts1=$(minus "$t1" "$t0"); gs1=$(minus "$g1" "$g0"); ts2=$(minus "$t2" "$t0"); gs2=$(minus "$g2" "$g0")
   echo "| the store's part: the same minus one live client | +$ts1 / +$ts2 ns | governor +$gs1 / +$gs2 ns | $(ratio "$ts1" "$gs1") / $(ratio "$ts2" "$gs2") |"
 fi
+
+# The regression guard: each row measured in this run against the figure BENCHMARKS.md
+# records for it (the table between `<!-- guard -->` and `<!-- /guard -->`), flagged when
+# it is more than GUARD_PERCENT (3) % worse. Instruction counts, not times: run it before
+# submitting a change to the request path (PARTS="layer profile"), not in CI.
+limit=${GUARD_PERCENT:-3}
+echo
+echo "== guard: against the figures BENCHMARKS.md records (\"Regression guard\"), more than $limit % worse flagged"
+worse=0
+while IFS='|' read -r _ row recorded _; do
+  row=$(tr -d ' `' <<<"$row")
+  recorded=$(tr -d ' ,' <<<"$recorded")
+  now=""
+  case $row in
+    gateway-profile) [ -f "$out/profile" ] && now=$(awk '/instructions per request/ { print $1; exit }' "$out/profile" | tr -d ,) ;;
+    *) [ -f "$out/layer" ] && now=$(added "$row") ;;
+  esac
+  [ -n "$now" ] || { echo "   $row: not measured in this run (PARTS)"; continue; }
+  verdict=$(awk -v n="$now" -v r="$recorded" -v p="$limit" \
+    'BEGIN { d = 100 * (n - r) / r; printf "%+.1f %%%s", d, (d > p ? "  WORSE" : "") }')
+  echo "   $row: $now, recorded $recorded: $verdict"
+  [[ $verdict != *WORSE* ]] || worse=1
+done < <(awk '/^<!-- guard -->/ { on = 1; next } /^<!-- \/guard -->/ { on = 0 } on && /^\| `/' BENCHMARKS.md)
+if [ "$worse" = 1 ]; then
+  echo "   a row is more than $limit % worse than recorded: find where with KEEP=dir and loadtest/profile.py"
+  exit 3
+fi
+
