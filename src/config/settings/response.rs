@@ -88,10 +88,19 @@ impl ResponseSettings {
 /// buffer instead of formatting and allocating a body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BodyTemplate {
-    pieces: Vec<String>,
+    /// The text cut at its placeholders, once, when the configuration is read.
+    segments: Vec<Segment>,
     prerendered: Vec<Bytes>,
     /// Whether the text names the refusing limit (rendered per denial, then).
     names_limit: bool,
+}
+
+/// A piece of a [`BodyTemplate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Segment {
+    Text(Box<str>),
+    RetryAfter,
+    Limit,
 }
 
 impl BodyTemplate {
@@ -105,23 +114,24 @@ impl BodyTemplate {
 
     /// A template from text as configured.
     pub fn new(text: &str) -> BodyTemplate {
-        let pieces: Vec<String> = text.split(Self::PLACEHOLDER).map(str::to_owned).collect();
-        let names_limit = text.contains(Self::LIMIT);
-        let prerendered = if names_limit {
-            Vec::new()
-        } else if pieces.len() == 1 {
-            // No placeholder: one body serves every denial.
-            vec![Bytes::from(text.to_owned())]
-        } else {
-            (0..Self::PRERENDERED)
-                .map(|seconds| Bytes::from(join(&pieces, seconds)))
-                .collect()
-        };
-        BodyTemplate {
-            pieces,
-            prerendered,
+        let segments = segments_of(text);
+        let names_limit = segments.contains(&Segment::Limit);
+        let mut template = BodyTemplate {
+            segments,
+            prerendered: Vec::new(),
             names_limit,
+        };
+        if !names_limit {
+            template.prerendered = if template.segments.contains(&Segment::RetryAfter) {
+                (0..Self::PRERENDERED)
+                    .map(|seconds| Bytes::from(template.render_for(seconds, "")))
+                    .collect()
+            } else {
+                // No placeholder: one body serves every denial.
+                vec![Bytes::from(text.to_owned())]
+            };
         }
+        template
     }
 
     /// The body for a denial by the limit named `limit`, with `retry_after` seconds to wait.
@@ -136,12 +146,24 @@ impl BodyTemplate {
     /// );
     /// ```
     pub fn render_for(&self, retry_after: u64, limit: &str) -> String {
-        let body = join(&self.pieces, retry_after);
-        if self.names_limit {
-            body.replace(Self::LIMIT, &json_escaped(limit))
-        } else {
-            body
+        let texts: usize = self
+            .segments
+            .iter()
+            .map(|segment| match segment {
+                Segment::Text(text) => text.len(),
+                Segment::RetryAfter | Segment::Limit => 0,
+            })
+            .sum();
+        let mut body = String::with_capacity(texts + 20 + limit.len());
+        let mut number = itoa::Buffer::new();
+        for segment in &self.segments {
+            match segment {
+                Segment::Text(text) => body.push_str(text),
+                Segment::RetryAfter => body.push_str(number.format(retry_after)),
+                Segment::Limit => push_json_escaped(&mut body, limit),
+            }
         }
+        body
     }
 
     /// The body for a denial with `retry_after` seconds to wait, naming no limit.
@@ -177,16 +199,73 @@ impl BodyTemplate {
     }
 }
 
-/// `text` as the inside of a JSON string.
-fn json_escaped(text: &str) -> String {
-    let quoted = serde_json::Value::String(text.to_owned()).to_string();
-    quoted
-        .get(1..quoted.len().saturating_sub(1))
-        .unwrap_or_default()
-        .to_owned()
+/// `text` cut at its placeholders (`{retry_after}`, `{limit}`), in order.
+fn segments_of(text: &str) -> Vec<Segment> {
+    let mut segments = Vec::new();
+    let mut rest = text;
+    loop {
+        let next = [
+            (BodyTemplate::PLACEHOLDER, Segment::RetryAfter),
+            (BodyTemplate::LIMIT, Segment::Limit),
+        ]
+        .into_iter()
+        .filter_map(|(mark, segment)| rest.find(mark).map(|at| (at, mark, segment)))
+        .min_by_key(|&(at, _, _)| at);
+        let Some((at, mark, segment)) = next else {
+            if !rest.is_empty() {
+                segments.push(Segment::Text(rest.into()));
+            }
+            return segments;
+        };
+        if at > 0 {
+            segments.push(Segment::Text(rest[..at].into()));
+        }
+        segments.push(segment);
+        rest = &rest[at + mark.len()..];
+    }
 }
 
-fn join(pieces: &[String], retry_after: u64) -> String {
-    let mut number = itoa::Buffer::new();
-    pieces.join(number.format(retry_after))
+/// Appends `text` as the inside of a JSON string: as it is unless it holds a quote, a
+/// backslash or a control character (a rule's name seldom does).
+fn push_json_escaped(out: &mut String, text: &str) {
+    if !text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.push_str(text);
+        return;
+    }
+    let quoted = serde_json::Value::String(text.to_owned()).to_string();
+    out.push_str(quoted.get(1..quoted.len().saturating_sub(1)).unwrap_or_default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BodyTemplate;
+
+    #[test]
+    fn every_placeholder_is_filled_wherever_it_stands_and_the_rest_is_kept() {
+        let template = BodyTemplate::new("{limit} refused; wait {retry_after}s ({limit}) {x}");
+        assert_eq!(
+            template.render_for(7, "api#org"),
+            "api#org refused; wait 7s (api#org) {x}"
+        );
+        let template = BodyTemplate::new("{retry_after}{retry_after}");
+        assert_eq!(template.render_for(12, "api"), "1212");
+        assert_eq!(template.bytes_for(3, "api"), "33", "rendered ahead");
+        assert_eq!(BodyTemplate::new("slow down").bytes_for(3, "api"), "slow down");
+        assert_eq!(BodyTemplate::new("").render_for(3, "api"), "");
+        assert_eq!(BodyTemplate::new("{limit").render_for(3, "api"), "{limit");
+    }
+
+    #[test]
+    fn a_limit_name_is_escaped_for_a_json_string() {
+        let template = BodyTemplate::new(BodyTemplate::DEFAULT);
+        assert_eq!(
+            template.render_for(1, "a\"b\\c\n"),
+            r#"{"error":"rate_limited","retry_after":1,"limit":"a\"b\\c\n"}"#
+        );
+        assert_eq!(
+            template.render_for(0, "{retry_after}"),
+            r#"{"error":"rate_limited","retry_after":0,"limit":"{retry_after}"}"#,
+            "a name is never read as a placeholder"
+        );
+    }
 }
