@@ -233,7 +233,11 @@ fn push_json_escaped(out: &mut String, text: &str) {
         return;
     }
     let quoted = serde_json::Value::String(text.to_owned()).to_string();
-    out.push_str(quoted.get(1..quoted.len().saturating_sub(1)).unwrap_or_default());
+    out.push_str(
+        quoted
+            .get(1..quoted.len().saturating_sub(1))
+            .unwrap_or_default(),
+    );
 }
 
 #[cfg(test)]
@@ -250,7 +254,10 @@ mod tests {
         let template = BodyTemplate::new("{retry_after}{retry_after}");
         assert_eq!(template.render_for(12, "api"), "1212");
         assert_eq!(template.bytes_for(3, "api"), "33", "rendered ahead");
-        assert_eq!(BodyTemplate::new("slow down").bytes_for(3, "api"), "slow down");
+        assert_eq!(
+            BodyTemplate::new("slow down").bytes_for(3, "api"),
+            "slow down"
+        );
         assert_eq!(BodyTemplate::new("").render_for(3, "api"), "");
         assert_eq!(BodyTemplate::new("{limit").render_for(3, "api"), "{limit");
     }
