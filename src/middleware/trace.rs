@@ -47,7 +47,8 @@ use crate::config::Rule;
 /// The span of one decision against a store of kind `store`: disabled (costing nothing)
 /// unless a subscriber wants it.
 pub(crate) struct DecisionSpan {
-    span: Span,
+    /// `None` while no subscriber exists: nothing to enter, record or drop.
+    span: Option<Span>,
     store: &'static str,
 }
 
@@ -62,10 +63,7 @@ impl DecisionSpan {
         // feature on (axum's default features turn it on), hand the disabled span to `log`
         // on every request — about 250 instructions for nothing.
         if !tracing::dispatcher::has_been_set() {
-            return DecisionSpan {
-                span: Span::none(),
-                store,
-            };
+            return DecisionSpan { span: None, store };
         }
         let span = tracing::debug_span!(
             target: "tollgate::decision",
@@ -76,29 +74,35 @@ impl DecisionSpan {
             ratelimit.remaining = Empty,
             ratelimit.store = Empty,
         );
-        DecisionSpan { span, store }
+        DecisionSpan {
+            span: Some(span),
+            store,
+        }
     }
 
     /// Runs `work` inside the span (a store's own spans, such as a Redis call's, become
     /// its children).
     #[inline]
     pub(crate) fn in_scope<R>(&self, work: impl FnOnce() -> R) -> R {
-        self.span.in_scope(work)
+        match &self.span {
+            Some(span) => span.in_scope(work),
+            None => work(),
+        }
     }
 
     /// Records what `rule` decided: `outcome`, and `remaining` after it.
     #[inline]
     pub(crate) fn record(&self, rule: &Rule, outcome: &'static str, remaining: u64) {
-        if self.span.is_disabled() {
+        let Some(span) = self.span.as_ref().filter(|span| !span.is_disabled()) else {
             return;
-        }
-        self.span.record("ratelimit.rule", rule.name());
+        };
+        span.record("ratelimit.rule", rule.name());
         if let Some(quota) = rule.quotas().first() {
-            self.span.record("ratelimit.limit", display(quota.rate()));
+            span.record("ratelimit.limit", display(quota.rate()));
         }
-        self.span.record("ratelimit.outcome", outcome);
-        self.span.record("ratelimit.remaining", remaining);
-        self.span.record("ratelimit.store", self.store);
+        span.record("ratelimit.outcome", outcome);
+        span.record("ratelimit.remaining", remaining);
+        span.record("ratelimit.store", self.store);
     }
 }
 
