@@ -14,8 +14,9 @@ use super::candidates::CandidateTraffic;
 use super::heavy::{Heavy, WindowedTop};
 #[cfg(feature = "insight")]
 use super::peaks::PeakTracker;
-use super::ring::{Counts, SlotCounts, TrafficRing};
+use super::ring::{Counts, SlotCounts, TrafficRing, unix_seconds};
 use super::seen::Seen;
+use super::watch::{SAMPLE, Sampler, Watch};
 use crate::clock::Timestamp;
 use crate::key::Client;
 
@@ -24,6 +25,8 @@ pub struct Traffic {
     span: Duration,
     resolution: Duration,
     total: Arc<TrafficRing>,
+    /// Whether someone reads the history: every request counted, or a sample.
+    watch: Arc<Watch>,
     rules: RwLock<HashMap<Arc<str>, Arc<RuleTraffic>>>,
     /// Candidate limits' records, by rule name and label.
     #[cfg(feature = "insight")]
@@ -42,6 +45,9 @@ pub struct RuleTraffic {
     name: Arc<str>,
     ring: TrafficRing,
     total: Arc<TrafficRing>,
+    watch: Arc<Watch>,
+    /// Which requests count while nobody reads the history.
+    sampler: Sampler,
     refused: Mutex<WindowedTop<Client<'static>>>,
     /// Reservations settled from responses (`cost = { reserve, from }`), since start.
     tokens: TokenTotals,
@@ -91,10 +97,21 @@ impl Tokens {
 }
 
 impl RuleTraffic {
-    /// Counts one request decided at `now` (in the rule's ring and the total).
+    /// Counts one request decided at `now` (in the rule's ring and the total): one by one
+    /// while someone reads the history, else one in 64 as 64 — refusals always one by one
+    /// (see [`Traffic::report`]'s `exact_since`).
+    #[inline]
     pub fn record(&self, now: Timestamp, seen: Seen) {
-        self.ring.record(now, seen);
-        self.total.record(now, seen);
+        if seen == Seen::Refused || self.watch.watched(now) {
+            self.add(now, seen, 1);
+        } else if self.sampler.take() {
+            self.add(now, seen, u64::from(SAMPLE));
+        }
+    }
+
+    fn add(&self, now: Timestamp, seen: Seen, n: u64) {
+        self.ring.add(now, seen, n);
+        self.total.add(now, seen, n);
     }
 
     /// Counts one refusal of `client` at `now`: recorded as [`Seen::Refused`], and offered
@@ -168,6 +185,14 @@ pub struct TrafficReport {
     pub resolution_secs: f64,
     /// Seconds covered.
     pub span_secs: u64,
+    /// Since when every request has been counted one by one (UNIX seconds): reading the
+    /// history turns that on for one span. Before it, admitted, delayed and shadow-refused
+    /// requests were sampled — one in [`TrafficReport::sample`] counted as that many — and
+    /// their counts are estimates; refusals are always counted one by one.
+    #[serde(serialize_with = "unix_seconds")]
+    pub exact_since: Timestamp,
+    /// See [`TrafficReport::exact_since`].
+    pub sample: u32,
     /// Every request's counts over the span.
     pub total: Counts,
     /// The total per slot, oldest first.
@@ -210,6 +235,7 @@ impl Traffic {
             span,
             resolution,
             total: Arc::new(TrafficRing::new(span, resolution)),
+            watch: Arc::new(Watch::new()),
             rules: RwLock::new(HashMap::new()),
             #[cfg(feature = "insight")]
             candidates: RwLock::new(HashMap::new()),
@@ -302,6 +328,8 @@ impl Traffic {
             name: Arc::clone(&name),
             ring: TrafficRing::new(self.span, self.resolution),
             total: Arc::clone(&self.total),
+            watch: Arc::clone(&self.watch),
+            sampler: Sampler::default(),
             refused: Mutex::new(WindowedTop::new(self.span, TOP_CAPACITY)),
             tokens: TokenTotals::default(),
         });
@@ -309,8 +337,11 @@ impl Traffic {
         Some(traffic)
     }
 
-    /// Every series as of `now`, with up to `top` refused clients per rule.
+    /// Every series as of `now`, with up to `top` refused clients per rule. Reading is what
+    /// makes every request count one by one for the next span
+    /// ([`TrafficReport::exact_since`]).
     pub fn report(&self, now: Timestamp, top: usize) -> TrafficReport {
+        let exact_since = self.watch.read(now, self.span);
         let mut rules: Vec<RuleReport> = self
             .rules
             .read()
@@ -343,6 +374,8 @@ impl Traffic {
         TrafficReport {
             resolution_secs: self.resolution.as_secs_f64(),
             span_secs: self.span.as_secs(),
+            exact_since,
+            sample: SAMPLE,
             total,
             series,
             rules,
@@ -369,6 +402,8 @@ mod tests {
     fn rules_are_listed_by_refusals_and_the_total_adds_them_up() {
         let traffic = Traffic::new(Duration::from_secs(60), Duration::from_secs(5));
         let now = FakeClock::new().now();
+        // Someone is reading: every request counts one by one.
+        traffic.report(now, 0);
         let (search, login) = (
             traffic.rule("search").unwrap(),
             traffic.rule("login").unwrap(),
@@ -400,6 +435,45 @@ mod tests {
         assert_eq!(report.series.len(), 12);
         // The same name is the same history (a reload keeps a rule's traffic).
         assert!(Arc::ptr_eq(&login, &traffic.rule("login").unwrap()));
+    }
+
+    #[test]
+    fn unread_history_samples_admissions_and_counts_every_refusal() {
+        let traffic = Traffic::new(Duration::from_secs(60), Duration::from_secs(5));
+        let clock = FakeClock::new();
+        let api = traffic.rule("api").unwrap();
+        let client = Client::from_segment("203.0.113.7");
+        for _ in 0..640 {
+            api.record(clock.now(), Seen::Admitted);
+        }
+        for _ in 0..3 {
+            api.refused(clock.now(), &client);
+        }
+        api.record(clock.now(), Seen::Admitted);
+        let report = traffic.report(clock.now(), 5);
+        let rule = &report.rules[0];
+        // 641 admissions: the 1st, 65th, … 641st counted, as 64 each.
+        assert_eq!(rule.total.admitted, 11 * u64::from(SAMPLE));
+        assert_eq!(rule.total.refused, 3, "refusals are never sampled");
+        assert_eq!(report.exact_since, clock.now(), "exact from this read on");
+        // Read: every request counts from now on, for one span.
+        clock.advance(Duration::from_secs(5));
+        for _ in 0..5 {
+            api.record(clock.now(), Seen::Admitted);
+        }
+        let report = traffic.report(clock.now(), 5);
+        let last = report.rules[0].series.last().unwrap().counts;
+        assert_eq!(last.admitted, 5);
+        let five_ago = Timestamp::from_unix_nanos(clock.now().as_unix_nanos() - 5_000_000_000);
+        assert_eq!(report.exact_since, five_ago);
+        // Unread for a whole span: sampling again, and the next read says so.
+        clock.advance(Duration::from_secs(61));
+        for _ in 0..SAMPLE {
+            api.record(clock.now(), Seen::Admitted);
+        }
+        let report = traffic.report(clock.now(), 5);
+        assert_eq!(report.rules[0].total.admitted, u64::from(SAMPLE));
+        assert_eq!(report.exact_since, clock.now());
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!
 //! [`Traffic`] holds them by rule name, so a reload that keeps a rule keeps its history; each
 //! [`Limits`](crate::Limits) has its own ([`Limits::traffic`](crate::Limits::traffic)), and
-//! the per-rule `counters` count into it beside the metrics;
+//! the per-rule `counters` count into it beside the metrics — every request while someone
+//! reads the history, else a sample (see `TrafficReport::exact_since`);
 //! at most [`Traffic::MAX_RULES`] rules are tracked (more is a config no chart helps with:
 //! the rest count in the total only).
 //!
@@ -18,11 +19,15 @@
 //! let traffic = Traffic::new(Duration::from_secs(900), Duration::from_secs(5));
 //! let now = Timestamp::from_unix_nanos(1_767_225_600_000_000_000);
 //! let login = traffic.rule("login").unwrap();
+//! // Nobody has read the history yet: one admission in 64 is counted, as 64.
 //! login.record(now, Seen::Admitted);
 //! login.refused(now, &Client::from_segment("203.0.113.7"));
 //! let report = traffic.report(now, 10);
-//! assert_eq!(report.total.refused, 1);
+//! assert_eq!((report.total.admitted, report.total.refused), (64, 1));
 //! assert_eq!(report.rules[0].top_refused[0].client, "203.0.113.7");
+//! // Reading turned exact counting on for the next 15 minutes.
+//! login.record(now, Seen::Admitted);
+//! assert_eq!(traffic.report(now, 10).total.admitted, 65);
 //! ```
 
 #[cfg(feature = "insight")]
@@ -41,6 +46,8 @@ mod ring;
 // Without `insight` the module is private: `Seen` is the counters' alone.
 #[cfg_attr(not(feature = "insight"), allow(unreachable_pub))]
 mod seen;
+#[cfg(feature = "insight")]
+mod watch;
 
 #[cfg(feature = "insight")]
 pub use candidates::{CandidateReport, CandidateTraffic, CandidateWindow};

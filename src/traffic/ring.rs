@@ -114,7 +114,10 @@ pub struct SlotCounts {
     pub counts: Counts,
 }
 
-fn unix_seconds<S: serde::Serializer>(at: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
+pub(super) fn unix_seconds<S: serde::Serializer>(
+    at: &Timestamp,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     serializer.serialize_u64(at.as_unix_nanos() / 1_000_000_000)
 }
 
@@ -157,6 +160,11 @@ impl TrafficRing {
 
     /// Counts one request of kind `seen` decided at `now`.
     pub fn record(&self, now: Timestamp, seen: Seen) {
+        self.add(now, seen, 1);
+    }
+
+    /// Counts `n` requests of kind `seen` decided at `now` (a sample standing for them).
+    pub fn add(&self, now: Timestamp, seen: Seen, n: u64) {
         let number = now.as_unix_nanos() / self.resolution;
         let tag = number.saturating_add(1);
         let Some(slot) = self.slot(number) else {
@@ -178,7 +186,7 @@ impl TrafficRing {
                 }
             }
         }
-        slot.counts[seen.index()].fetch_add(1, Ordering::Relaxed);
+        slot.counts[seen.index()].fetch_add(n, Ordering::Relaxed);
     }
 
     /// Every slot of the span ending at `now`, oldest first; slots nothing was recorded in

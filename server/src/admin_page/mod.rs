@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use self::text::{ago, encode, escape, items, number, text};
+use self::text::{ago, encode, escape, items, number, text, time_of_day};
 
 mod text;
 
@@ -38,6 +38,7 @@ pub(super) fn render(template: &str, view: Option<&View>) -> String {
         .map_or(0.0, |d| d.as_secs_f64());
     template
         .replace("<!--generation-->", &generation(&view.config, now))
+        .replace("<!--sampled-->", &sampled_note(&view.traffic))
         .replace("<!--charts-->", &charts(&view.traffic))
         .replace("<!--buckets-->", &bucket_rows(&view.buckets, now))
         .replace("<!--summary-->", &summary(&view.buckets, &view.filters))
@@ -302,6 +303,23 @@ fn figure(name: &str, total: &Value, series: &[Value], rule: Option<&Value>) -> 
     out
 }
 
+/// What the page says of counts from before the history was read (the script's
+/// `sampledNote`): nothing when the whole span was counted one by one.
+fn sampled_note(traffic: &Value) -> String {
+    let first = traffic["series"][0]["start"].as_u64().unwrap_or(0);
+    let (Some(since), Some(sample)) = (traffic["exact_since"].as_u64(), traffic["sample"].as_u64())
+    else {
+        return String::new();
+    };
+    if since <= first {
+        return String::new();
+    }
+    format!(
+        "Before {} admissions are estimates: until the history was read, one request in {sample} was counted, as {sample} (refusals are always counted one by one).",
+        time_of_day(since)
+    )
+}
+
 fn charts(traffic: &Value) -> String {
     let rules = items(&traffic["rules"]);
     if rules.is_empty() {
@@ -503,12 +521,7 @@ fn reloads(config: &Value) -> String {
         let applied = reload["applied"].as_bool().unwrap_or(false);
         let changes = items(&reload["changes"]);
         let seconds = reload["at"].as_f64().unwrap_or(0.0) as u64;
-        let when = format!(
-            "{:02}:{:02}:{:02} UTC",
-            seconds / 3600 % 24,
-            seconds / 60 % 60,
-            seconds % 60
-        );
+        let when = time_of_day(seconds);
         let outcome = match (applied, changes.is_empty()) {
             (false, _) => " · refused, previous rules kept",
             (true, true) => " · no rule changed",
@@ -614,6 +627,19 @@ mod tests {
             !render("<!--rlqs-->", Some(&off)).contains("RLQS"),
             "no section while RLQS is off"
         );
+    }
+
+    #[test]
+    fn the_page_says_which_counts_were_sampled() {
+        let traffic = |since: u64| {
+            json!({ "exact_since": since, "sample": 64,
+                    "series": [{ "start": 3_600, "counts": {} }, { "start": 3_605, "counts": {} }] })
+        };
+        assert_eq!(
+            sampled_note(&traffic(3_605)),
+            "Before 01:00:05 UTC admissions are estimates: until the history was read, one request in 64 was counted, as 64 (refusals are always counted one by one)."
+        );
+        assert_eq!(sampled_note(&traffic(3_600)), "", "the whole span exact");
     }
 
     #[test]

@@ -54,3 +54,13 @@ pub(super) fn ago(seconds: f64, now: f64) -> String {
 pub(super) fn items(value: &Value) -> &[Value] {
     value.as_array().map_or(&[][..], Vec::as_slice)
 }
+
+/// UNIX seconds as the page shows a time of day: `04:31:05 UTC`.
+pub(super) fn time_of_day(seconds: u64) -> String {
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        seconds / 3600 % 24,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+}

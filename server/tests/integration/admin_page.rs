@@ -141,6 +141,16 @@ fn the_page_charts_traffic_names_who_was_refused_and_lists_a_config_edit() {
         .block_on(Gateway::start(loopback_options(&file)))
         .unwrap();
     let (proxy, admin) = (gateway.listen_addr(), gateway.admin_addr());
+    // The page opened before the traffic: from then on every request counts one by one,
+    // and the page says the counts before it were sampled.
+    let opened = runtime.block_on(get(admin, "/", &[]));
+    assert!(
+        opened
+            .body
+            .contains("admissions are estimates: until the history was read"),
+        "{}",
+        opened.body
+    );
     // mallory: 3 admitted, 3 refused on charted-login; alice 2 admitted there; bob 5 on
     // charted-search.
     runtime.block_on(async {

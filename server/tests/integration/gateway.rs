@@ -555,6 +555,12 @@ async fn the_traffic_endpoint_counts_each_rule_over_time_and_names_who_was_refus
     let config = "[limits]\n\"traffic-refusing\" = \"2/min\"\n\"traffic-passing\" = \"100/min\"\n";
     let running = start_gateway(config, |_| {}).await;
     let proxy = running.gateway.listen_addr();
+    let admin = running.gateway.admin_addr();
+    // Until someone reads the history, admissions are sampled; the first read says so and
+    // turns counting one by one on.
+    let first = json(&get(admin, "/traffic", &[]).await);
+    assert_eq!(first["sample"], 64);
+    let exact_since = first["exact_since"].as_u64().unwrap();
     for _ in 0..5 {
         get(proxy, "/traffic-refusing", &[]).await;
     }
@@ -564,10 +570,13 @@ async fn the_traffic_endpoint_counts_each_rule_over_time_and_names_who_was_refus
             StatusCode::OK
         );
     }
-    let admin = running.gateway.admin_addr();
     let reply = get(admin, "/traffic?rules=1000&top=5", &[]).await;
     assert_eq!(reply.status, StatusCode::OK);
     let traffic = json(&reply);
+    assert_eq!(
+        traffic["exact_since"], exact_since,
+        "still the same stretch"
+    );
     assert_eq!(traffic["resolution_secs"], 5.0);
     assert_eq!(traffic["span_secs"], 900);
     assert_eq!(traffic["series"].as_array().unwrap().len(), 180);
