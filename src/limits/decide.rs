@@ -498,16 +498,20 @@ impl<St: Store> Limits<St> {
             CheckMode::Consume
         };
         let mut also_reserved = Vec::new();
-        let model: Option<Arc<str>> = request
-            .extensions()
-            .get::<crate::key::RequestJson>()
-            .and_then(|json| json.model())
-            .map(Arc::from);
+        let reserves = rule.settle().is_some();
+        // The model a charge remembers, looked up only where a charge can be made.
+        let model: Option<Arc<str>> =
+            (counts_status || reserves || !rule.stack_indices().is_empty())
+                .then(|| request.extensions().get::<crate::key::RequestJson>())
+                .flatten()
+                .and_then(|json| json.model())
+                .map(Arc::from);
         // What the rule itself takes: the caller's cost, its estimate, or its own cost.
         let mut own_cost = cost;
         let decision = if rule.stack_indices().is_empty() {
-            own_cost = cost
-                .or_else(|| super::estimate::estimate(rules, index, rule, BodySeen::of(request)));
+            own_cost = cost.or_else(|| {
+                super::estimate::estimate(rules, index, rule, || BodySeen::of(request))
+            });
             match self.start_check(rule, &client, mode, own_cost, now) {
                 Some(decision) => Deciding::One(decision),
                 None => return Admission::Pass(permit),
@@ -549,7 +553,6 @@ impl<St: Store> Limits<St> {
         if rule.is_tuned() {
             self.tune_slowly(rules, index, &client, (mode, cost), now, true);
         }
-        let reserves = rule.settle().is_some();
         let charge = (counts_status || reserves || !also_reserved.is_empty()).then(|| Charge {
             cost: own_cost.unwrap_or_else(|| rule.cost()),
             client: client.clone().into_owned(),

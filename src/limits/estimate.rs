@@ -36,15 +36,16 @@ impl<'r> BodySeen<'r> {
 }
 
 /// The tokens rule `index` of `rules` takes at admission when it estimates: `None` for
-/// rules that do not (they take their own cost).
-pub(crate) fn estimate(
+/// rules that do not (they take their own cost). `body` is asked only by a rule that
+/// estimates: looking the body up is a request extension's hash-map probe.
+pub(crate) fn estimate<'r>(
     rules: &Active,
     index: usize,
     rule: &Rule,
-    body: BodySeen<'_>,
+    body: impl FnOnce() -> BodySeen<'r>,
 ) -> Option<u64> {
     let settle = rule.settle()?;
-    let json = match body {
+    let json = match body() {
         // No request (a key decided over RESP or gRPC): `max`, quietly.
         BodySeen::NoRequest => return settle.estimate,
         BodySeen::NotRead => None,

@@ -114,7 +114,7 @@ pub(crate) fn draws(
             index,
             client: (*per == Per::Client).then(|| client.clone().into_owned()),
             cost: cost
-                .or_else(|| estimate(rules, index, rule, parts.body()))
+                .or_else(|| estimate(rules, index, rule, || parts.body()))
                 .unwrap_or(*own),
             peek: false,
         });
@@ -133,7 +133,7 @@ pub(crate) fn draws(
             index: at,
             client: bucket,
             cost: cost
-                .or_else(|| estimate(rules, at, also, parts.body()))
+                .or_else(|| estimate(rules, at, also, || parts.body()))
                 .unwrap_or_else(|| also.cost()),
             peek: false,
         });
