@@ -4,6 +4,9 @@
 #
 #   bash loadtest/axum.sh               # ROUNDS=3 DURATION=5s CONNECTIONS=32 REQUESTS=5000
 #   MEASURE=instructions VARIANTS="bare never,tollgate never" bash loadtest/axum.sh
+#   MEASURE=instructions SERVE_ARGS=--idle-thread VARIANTS="bare never,governor never,tollgate-no-headers never" bash loadtest/axum.sh
+#                                       # SERVE_ARGS: passed to each server (--idle-thread: every
+#                                       # variant multi-threaded, as on tokio's multi-thread runtime)
 #   MEASURE=instructions LOAD_ARGS=--chat VARIANTS="bare never,tollgate-reserve never,tollgate-estimate never" bash loadtest/axum.sh
 #                                       # LOAD_ARGS: passed to the fixed-count load (--chat: POST a 2 KiB chat body)
 #
@@ -54,8 +57,8 @@ results="$work/wrk"
 : > "$results"
 for round in $(seq "$ROUNDS"); do
   for variant in "${variants[@]}"; do
-    # shellcheck disable=SC2086 # the variant is two words on purpose
-    start 0 "$bin" serve $variant --listen "127.0.0.1:$PORT" 2>/dev/null
+    # shellcheck disable=SC2086 # the variant and SERVE_ARGS are words on purpose
+    start 0 "$bin" serve $variant ${SERVE_ARGS:-} --listen "127.0.0.1:$PORT" 2>/dev/null
     server=${pids[-1]}
     wait_port $PORT
     echo "$(name "$variant") $(run_wrk "http://127.0.0.1:$PORT/" "$server")" | tee -a "$results" | sed 's/^/   raw: /'
@@ -81,7 +84,8 @@ fi
 instructions() { # count, variant words...
   local count=$1; shift
   local out="$work/callgrind.$(name "$*").$count"
-  valgrind --tool=callgrind --callgrind-out-file="$out" "$bin" serve "$@" --listen "127.0.0.1:$PORT" 2>/dev/null &
+  # shellcheck disable=SC2086 # SERVE_ARGS are words
+  valgrind --tool=callgrind --callgrind-out-file="$out" "$bin" serve "$@" ${SERVE_ARGS:-} --listen "127.0.0.1:$PORT" 2>/dev/null &
   local server=$!
   pids+=("$server")
   wait_port $PORT 600

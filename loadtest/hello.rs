@@ -69,6 +69,12 @@ enum Command {
         quota: QuotaKind,
         #[arg(long, default_value = "127.0.0.1:18090")]
         listen: SocketAddr,
+        /// Start one more thread that only sleeps, so every variant is a multi-threaded
+        /// process as a server on tokio's multi-thread runtime is: glibc then takes its
+        /// cancellation-point path around every system call (about 150 instructions a
+        /// request), which tollgate's maintenance thread otherwise makes it pay alone.
+        #[arg(long)]
+        idle_thread: bool,
     },
     /// Send a fixed number of requests and print the statuses received.
     Load {
@@ -443,7 +449,15 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             limiter,
             quota,
             listen,
+            idle_thread,
         } => {
+            if idle_thread {
+                std::thread::spawn(|| {
+                    loop {
+                        std::thread::park();
+                    }
+                });
+            }
             // One thread: the instruction counts then hold no cross-thread wake-ups, and
             // wrk's throughput is per core, like the gateway benchmark's.
             let runtime = tokio::runtime::Builder::new_current_thread()

@@ -18,9 +18,11 @@
 # - gateway: the gateway (the service binary, `target/release/tollgate`) beside Debian's nginx `limit_req` in front of the same
 #   upstream (server/loadtest/gateway.sh): proxy CPU time per request (user + system from
 #   /proc/<pid>/stat, which leaves out time stolen by the hypervisor), never and mostly
-#   denying. The steal the whole machine saw during that part is printed beside it.
+#   denying (HTTP/2 clients: server/loadtest/h2.sh). The steal the whole machine saw
+#   during that part is printed beside it.
 # - profile: the gateway under callgrind proxying to nginx, instructions per proxied request
-#   by crate and by function (loadtest/profile.py; KEEP=dir keeps the callgrind files).
+#   (over HTTP/1.1, then over h2c with h2load if it is installed) by crate and by function
+#   (loadtest/profile.py; KEEP=dir keeps the callgrind files).
 # - decision: criterion, the whole per-request decision at 1, 100,000 and 1,000,000 live
 #   clients beside governor's keyed `check_key` (benches/decision.rs); the store's part is
 #   each side's figure minus its one-client figure.
@@ -30,7 +32,8 @@
 # ROUNDS, DURATION, CONNECTIONS and REQUESTS go to the scripts above; GATEWAY_BIN (profile
 # part) measures another build of the service instead of building this one, and
 # PROFILE_TOML adds tables to the profiled gateway's config (e.g. a [telemetry] table).
-# Needs valgrind, wrk, nginx and taskset (apt-get install -y valgrind wrk nginx util-linux).
+# Needs valgrind, wrk, nginx and taskset (apt-get install -y valgrind wrk nginx util-linux);
+# h2load for the HTTP/2 rows (apt-get install -y nghttp2-client), skipped without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -113,7 +116,30 @@ CONF
     kill -TERM "$gateway"; wait "$gateway" 2>/dev/null || true
   done
   python3 loadtest/profile.py "$out/gateway.$n.1" "$out/gateway.$((2 * n)).1" "$n" 20 | tee "$out/profile"
-  [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp "$out"/gateway.*.1 "$KEEP/"; }
+  # The same over HTTP/2 without TLS (prior knowledge), the client h2load: one connection,
+  # one stream at a time, N then 2N requests; the upstream is still spoken to in HTTP/1.1.
+  if command -v h2load >/dev/null; then
+    echo
+    echo "== profile: the same over h2c (h2load, one connection, one stream at a time)"
+    for count in "$n" $((2 * n)); do
+      TOKIO_WORKER_THREADS=1 RUST_LOG=warn valgrind --tool=callgrind \
+        --callgrind-out-file="$out/gateway-h2c.$count" "$gateway_bin" \
+        --config "$out/profile.toml" --listen 127.0.0.1:18083 --admin 127.0.0.1:18084 \
+        --upstream http://127.0.0.1:18081 2>/dev/null &
+      gateway=$!
+      pids+=("$gateway")
+      wait_port 18083 600
+      h2load -n 200 -c 1 -m 1 http://127.0.0.1:18083/ >/dev/null
+      callgrind_control --zero "$gateway" >/dev/null 2>&1
+      h2load -n "$count" -c 1 -m 1 http://127.0.0.1:18083/ | grep '^status codes'
+      callgrind_control --dump "$gateway" >/dev/null 2>&1
+      kill -TERM "$gateway"; wait "$gateway" 2>/dev/null || true
+    done
+    python3 loadtest/profile.py "$out/gateway-h2c.$n.1" "$out/gateway-h2c.$((2 * n)).1" "$n" 20 | tee "$out/profile-h2c"
+  else
+    echo "   no h2load (apt-get install -y nghttp2-client): the h2c profile is skipped"
+  fi
+  [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP"; cp "$out"/gateway*.1 "$KEEP/"; }
 fi
 
 if [[ $PARTS == *decision* ]]; then
@@ -173,6 +199,9 @@ fi
 if [ -f "$out/profile" ]; then
   echo "| gateway instructions per proxied request (callgrind) | $(awk '/instructions per request/ { print $1; exit }' "$out/profile") | | |"
 fi
+if [ -f "$out/profile-h2c" ]; then
+  echo "| the same over h2c | $(awk '/instructions per request/ { print $1; exit }' "$out/profile-h2c") | | |"
+fi
 if [ -f "$out/decision" ]; then
   t1=$(median_ns "decision/rules=10/clients=100000"); g1=$(median_ns "governor/clients=100000")
   t2=$(median_ns "decision/rules=10/clients=1000000"); g2=$(median_ns "governor/clients=1000000")
@@ -199,6 +228,7 @@ while IFS='|' read -r _ row recorded allowed _; do
   now=""
   case $row in
     gateway-profile) [ -f "$out/profile" ] && now=$(awk '/instructions per request/ { print $1; exit }' "$out/profile" | tr -d ,) ;;
+    gateway-profile-h2c) [ -f "$out/profile-h2c" ] && now=$(awk '/instructions per request/ { print $1; exit }' "$out/profile-h2c" | tr -d ,) ;;
     *) [ -f "$out/layer" ] && now=$(added "$row") ;;
   esac
   [ -n "$now" ] || { echo "   $row: not measured in this run (PARTS)"; continue; }
