@@ -321,12 +321,14 @@ impl Proxy {
             };
             self.origin_form(&mut parts);
             parts.headers.remove(header::TE);
-            return websocket::relay(
+            // Boxed: the relay's state is some 6 KiB, and unboxed it would make every
+            // request's future that large — moved, and boxed by axum, on each request.
+            return Box::pin(websocket::relay(
                 Request::from_parts(parts, body),
                 target,
                 self.timeout,
                 websocket::IDLE_TIMEOUT,
-            )
+            ))
             .await;
         }
         let span = crate::telemetry::upstream_span(&parts.method, &self.upstream_host);
@@ -580,6 +582,23 @@ mod tests {
             bare.upstream_uri(&"/".parse().unwrap()).unwrap(),
             "http://127.0.0.1:9/"
         );
+    }
+
+    /// axum boxes the handler's future on every request, and each await moves it: a
+    /// rarely taken branch with a large state (the WebSocket relay's, ~6 KiB) must be
+    /// boxed on its own, not make every request's future that large.
+    #[test]
+    fn a_proxied_requests_future_stays_small() {
+        let proxy = Arc::new(
+            Proxy::new(
+                "http://127.0.0.1:9".parse().unwrap(),
+                Duration::from_secs(1),
+            )
+            .unwrap(),
+        );
+        let future = handler(State(proxy), Request::new(Body::empty()));
+        let size = std::mem::size_of_val(&future);
+        assert!(size <= 3 * 1024, "the handler's future is {size} bytes");
     }
 
     #[test]
