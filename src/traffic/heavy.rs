@@ -172,6 +172,11 @@ impl<K: Hash + Eq + Clone> WindowedTop<K> {
 
     /// Counts one occurrence of `client` at `now`.
     pub fn offer(&mut self, now: Timestamp, client: K) {
+        self.offer_weighted(now, client, 1);
+    }
+
+    /// Counts `weight` refusals of `client` at `now` (a sample standing for them).
+    pub fn offer_weighted(&mut self, now: Timestamp, client: K, weight: u64) {
         let number = now.as_unix_nanos() / self.third;
         let (held, sketch) = &mut self.sketches[(number % 3) as usize];
         if *held != number {
@@ -181,7 +186,7 @@ impl<K: Hash + Eq + Clone> WindowedTop<K> {
             sketch.clear();
             *held = number;
         }
-        sketch.offer(client, 1);
+        sketch.offer(client, weight);
     }
 
     /// The `n` clients counted most in the thirds still within the window at `now`.

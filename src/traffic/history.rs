@@ -16,7 +16,7 @@ use super::heavy::{Heavy, WindowedTop};
 use super::peaks::PeakTracker;
 use super::ring::{Counts, SlotCounts, TrafficRing, unix_seconds};
 use super::seen::Seen;
-use super::watch::{SAMPLE, Sampler, Watch};
+use super::watch::{REFUSAL_SAMPLE, SAMPLE, Sampler, Watch};
 use crate::clock::Timestamp;
 use crate::key::Client;
 
@@ -46,8 +46,9 @@ pub struct RuleTraffic {
     ring: TrafficRing,
     total: Arc<TrafficRing>,
     watch: Arc<Watch>,
-    /// Which requests count while nobody reads the history.
+    /// Which requests, and which refusals, count while nobody reads the history.
     sampler: Sampler,
+    refusals: Sampler,
     refused: Mutex<WindowedTop<Client<'static>>>,
     /// Reservations settled from responses (`cost = { reserve, from }`), since start.
     tokens: TokenTotals,
@@ -98,15 +99,27 @@ impl Tokens {
 
 impl RuleTraffic {
     /// Counts one request decided at `now` (in the rule's ring and the total): one by one
-    /// while someone reads the history, else one in 64 as 64 — refusals always one by one
-    /// (see [`Traffic::report`]'s `exact_since`).
+    /// while someone reads the history, else one in 64 as 64, and one refusal in 8 as 8
+    /// (see [`TrafficReport::exact_since`]).
     #[inline]
     pub fn record(&self, now: Timestamp, seen: Seen) {
-        if seen == Seen::Refused || self.watch.watched(now) {
-            self.add(now, seen, 1);
-        } else if self.sampler.take() {
-            self.add(now, seen, u64::from(SAMPLE));
+        if let Some(weight) = self.weight(now, seen) {
+            self.add(now, seen, weight);
         }
+    }
+
+    /// How many requests this one counts as: 1 while someone reads the history; else the
+    /// sample's size for a sampled request, `None` for one left out.
+    #[inline]
+    fn weight(&self, now: Timestamp, seen: Seen) -> Option<u64> {
+        if self.watch.watched(now) {
+            return Some(1);
+        }
+        let (sampler, every) = match seen {
+            Seen::Refused => (&self.refusals, REFUSAL_SAMPLE),
+            _ => (&self.sampler, SAMPLE),
+        };
+        sampler.take(every).then_some(u64::from(every))
     }
 
     fn add(&self, now: Timestamp, seen: Seen, n: u64) {
@@ -116,11 +129,15 @@ impl RuleTraffic {
 
     /// Counts one refusal of `client` at `now`: recorded as [`Seen::Refused`], and offered
     /// to the rule's top refused clients (an address is copied, not formatted; a header
-    /// identity is copied once per refusal).
+    /// identity is copied once per refusal counted) — sampled as [`RuleTraffic::record`]
+    /// says while nobody reads the history.
     pub fn refused(&self, now: Timestamp, client: &Client<'_>) {
-        self.record(now, Seen::Refused);
+        let Some(weight) = self.weight(now, Seen::Refused) else {
+            return;
+        };
+        self.add(now, Seen::Refused, weight);
         let client = client.clone().into_owned();
-        self.refused.lock().offer(now, client);
+        self.refused.lock().offer_weighted(now, client, weight);
     }
 
     /// The rule's name.
@@ -188,11 +205,14 @@ pub struct TrafficReport {
     /// Since when every request has been counted one by one (UNIX seconds): reading the
     /// history turns that on for one span. Before it, admitted, delayed and shadow-refused
     /// requests were sampled — one in [`TrafficReport::sample`] counted as that many — and
-    /// their counts are estimates; refusals are always counted one by one.
+    /// refusals one in [`TrafficReport::refusal_sample`], in the charts and the most
+    /// refused clients alike: those counts are estimates.
     #[serde(serialize_with = "unix_seconds")]
     pub exact_since: Timestamp,
     /// See [`TrafficReport::exact_since`].
     pub sample: u32,
+    /// See [`TrafficReport::exact_since`].
+    pub refusal_sample: u32,
     /// Every request's counts over the span.
     pub total: Counts,
     /// The total per slot, oldest first.
@@ -330,6 +350,7 @@ impl Traffic {
             total: Arc::clone(&self.total),
             watch: Arc::clone(&self.watch),
             sampler: Sampler::default(),
+            refusals: Sampler::default(),
             refused: Mutex::new(WindowedTop::new(self.span, TOP_CAPACITY)),
             tokens: TokenTotals::default(),
         });
@@ -376,6 +397,7 @@ impl Traffic {
             span_secs: self.span.as_secs(),
             exact_since,
             sample: SAMPLE,
+            refusal_sample: REFUSAL_SAMPLE,
             total,
             series,
             rules,
@@ -438,7 +460,7 @@ mod tests {
     }
 
     #[test]
-    fn unread_history_samples_admissions_and_counts_every_refusal() {
+    fn unread_history_is_sampled_and_a_read_makes_it_exact() {
         let traffic = Traffic::new(Duration::from_secs(60), Duration::from_secs(5));
         let clock = FakeClock::new();
         let api = traffic.rule("api").unwrap();
@@ -454,7 +476,9 @@ mod tests {
         let rule = &report.rules[0];
         // 641 admissions: the 1st, 65th, … 641st counted, as 64 each.
         assert_eq!(rule.total.admitted, 11 * u64::from(SAMPLE));
-        assert_eq!(rule.total.refused, 3, "refusals are never sampled");
+        // 3 refusals: the first counted, as 8, in the chart and the most refused alike.
+        assert_eq!(rule.total.refused, u64::from(REFUSAL_SAMPLE));
+        assert_eq!(rule.top_refused[0].count, u64::from(REFUSAL_SAMPLE));
         assert_eq!(report.exact_since, clock.now(), "exact from this read on");
         // Read: every request counts from now on, for one span.
         clock.advance(Duration::from_secs(5));

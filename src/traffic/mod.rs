@@ -19,11 +19,12 @@
 //! let traffic = Traffic::new(Duration::from_secs(900), Duration::from_secs(5));
 //! let now = Timestamp::from_unix_nanos(1_767_225_600_000_000_000);
 //! let login = traffic.rule("login").unwrap();
-//! // Nobody has read the history yet: one admission in 64 is counted, as 64.
+//! // Nobody has read the history yet: one admission in 64 is counted, as 64, and one
+//! // refusal in 8, as 8.
 //! login.record(now, Seen::Admitted);
 //! login.refused(now, &Client::from_segment("203.0.113.7"));
 //! let report = traffic.report(now, 10);
-//! assert_eq!((report.total.admitted, report.total.refused), (64, 1));
+//! assert_eq!((report.total.admitted, report.total.refused), (64, 8));
 //! assert_eq!(report.rules[0].top_refused[0].client, "203.0.113.7");
 //! // Reading turned exact counting on for the next 15 minutes.
 //! login.record(now, Seen::Admitted);

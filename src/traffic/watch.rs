@@ -3,13 +3,15 @@
 //!
 //! Counting every admitted request into a rule's ring and the total costs two atomic
 //! updates a request — about 70 instructions, a twentieth of the whole layer — for charts
-//! nobody may open. So while no one has read the history for a whole span (the page, the
-//! `/traffic` endpoint, [`Traffic::report`](super::Traffic::report)), a rule counts one
-//! admitted, delayed or shadow-refused request in [`SAMPLE`], as [`SAMPLE`] requests: the
-//! charts keep their shape (a slot with a few hundred requests is within a few tens of
-//! percent; one with a handful is noise), and the first read turns exact counting on
-//! for the next span. Refusals are always counted one by one: they are rare next to
-//! admissions, already pay for the most-refused sketch, and are what the page is opened for.
+//! nobody may open; a refusal also goes into the most-refused sketch under a lock (about
+//! 250 more), which is what a flood of refused requests pays most for. So while no one has
+//! read the history for a whole span (the page, the `/traffic` endpoint,
+//! [`Traffic::report`](super::Traffic::report)), a rule counts one admitted, delayed or
+//! shadow-refused request in [`SAMPLE`], as [`SAMPLE`] requests, and one refusal in
+//! [`REFUSAL_SAMPLE`], as that many, in its chart and its sketch: the charts keep their
+//! shape (a slot with a few hundred requests is within a few tens of percent; one with a
+//! handful is noise), a client refused often stays at the top of a uniform sample of the
+//! refusals, and the first read turns exact counting on for the next span.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -18,6 +20,10 @@ use crate::clock::{Timestamp, duration_nanos};
 
 /// One request in `SAMPLE` is counted, as `SAMPLE`, while nobody reads the history.
 pub(super) const SAMPLE: u32 = 64;
+
+/// One refusal in `REFUSAL_SAMPLE` is counted, as that many, while nobody reads the
+/// history: finer than admissions, as refusals are fewer and name who was refused.
+pub(super) const REFUSAL_SAMPLE: u32 = 8;
 
 /// Until when every request is counted, and since when (shared by a [`Traffic`]'s rules).
 ///
@@ -58,18 +64,18 @@ impl Watch {
     }
 }
 
-/// Picks which requests a sampling rule counts: the first, then every [`SAMPLE`]th.
+/// Picks which requests a sampling rule counts: the first, then every `every`th.
 #[derive(Debug, Default)]
 pub(super) struct Sampler(AtomicU32);
 
 impl Sampler {
-    /// Whether to count this request (as [`SAMPLE`] of them). Two threads racing may both
+    /// Whether to count this request (as `every` of them). Two threads racing may both
     /// skip or both count a turn: a sample, not an account, so no read-modify-write.
     #[inline]
-    pub(super) fn take(&self) -> bool {
+    pub(super) fn take(&self, every: u32) -> bool {
         let turn = self.0.load(Relaxed);
         self.0.store(turn.wrapping_add(1), Relaxed);
-        turn.is_multiple_of(SAMPLE)
+        turn.is_multiple_of(every)
     }
 }
 
@@ -101,7 +107,7 @@ mod tests {
     fn the_sampler_takes_the_first_request_then_one_in_sample() {
         let sampler = Sampler::default();
         let taken: Vec<usize> = (0..3 * SAMPLE as usize)
-            .filter(|_| sampler.take())
+            .filter(|_| sampler.take(SAMPLE))
             .collect();
         assert_eq!(taken, [0, SAMPLE as usize, 2 * SAMPLE as usize]);
     }

@@ -400,6 +400,8 @@ async fn a_refusal_by_a_shared_cap_is_counted_once() {
             .insert(PeerAddr("192.0.2.9:1".parse().unwrap()));
         request
     };
+    // Someone reads the history: every request counts one by one from now on.
+    limits.traffic().report(limits.now(), 0);
     let held = service.clone().oneshot(request()).await.unwrap();
     assert_eq!(held.status(), StatusCode::OK);
     let refused = service.clone().oneshot(request()).await.unwrap();

@@ -307,15 +307,18 @@ fn figure(name: &str, total: &Value, series: &[Value], rule: Option<&Value>) -> 
 /// `sampledNote`): nothing when the whole span was counted one by one.
 fn sampled_note(traffic: &Value) -> String {
     let first = traffic["series"][0]["start"].as_u64().unwrap_or(0);
-    let (Some(since), Some(sample)) = (traffic["exact_since"].as_u64(), traffic["sample"].as_u64())
-    else {
+    let (Some(since), Some(sample), Some(refusals)) = (
+        traffic["exact_since"].as_u64(),
+        traffic["sample"].as_u64(),
+        traffic["refusal_sample"].as_u64(),
+    ) else {
         return String::new();
     };
     if since <= first {
         return String::new();
     }
     format!(
-        "Before {} admissions are estimates: until the history was read, one request in {sample} was counted, as {sample} (refusals are always counted one by one).",
+        "Counts before {} are estimates: until the history was read, one request in {sample} was counted, as {sample}, and one refusal in {refusals}, as {refusals}.",
         time_of_day(since)
     )
 }
@@ -632,12 +635,12 @@ mod tests {
     #[test]
     fn the_page_says_which_counts_were_sampled() {
         let traffic = |since: u64| {
-            json!({ "exact_since": since, "sample": 64,
+            json!({ "exact_since": since, "sample": 64, "refusal_sample": 8,
                     "series": [{ "start": 3_600, "counts": {} }, { "start": 3_605, "counts": {} }] })
         };
         assert_eq!(
             sampled_note(&traffic(3_605)),
-            "Before 01:00:05 UTC admissions are estimates: until the history was read, one request in 64 was counted, as 64 (refusals are always counted one by one)."
+            "Counts before 01:00:05 UTC are estimates: until the history was read, one request in 64 was counted, as 64, and one refusal in 8, as 8."
         );
         assert_eq!(sampled_note(&traffic(3_600)), "", "the whole span exact");
     }

@@ -147,7 +147,7 @@ fn the_page_charts_traffic_names_who_was_refused_and_lists_a_config_edit() {
     assert!(
         opened
             .body
-            .contains("admissions are estimates: until the history was read"),
+            .contains("are estimates: until the history was read"),
         "{}",
         opened.body
     );
