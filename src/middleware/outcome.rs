@@ -77,26 +77,26 @@ impl Outcome {
             return Outcome::Admit(None);
         };
         if !decision.allowed() {
-            span.record(speaker, "refused", 0);
+            span.record(speaker, "refused", || 0);
             return Outcome::Reject(stacked_rejection(rules, speaker, &decision, response));
         }
         let delay = decision.delay();
         if !delay.is_zero() {
             if tokio::runtime::Handle::try_current().is_err() {
-                span.record(speaker, "refused", 0);
+                span.record(speaker, "refused", || 0);
                 let refused = decision.refused_instead_of_held();
                 return Outcome::Reject(stacked_rejection(rules, speaker, &refused, response));
             }
             if let Some(counters) = rules.counters(index) {
                 counters.delayed(now, delay);
             }
-            span.record(speaker, "delayed", decision.remaining());
+            span.record(speaker, "delayed", || decision.remaining());
             return Outcome::Hold(
                 delay,
                 RateLimitHeaders::stacked(rules, &decision, response.headers),
             );
         }
-        span.record(speaker, "admitted", decision.remaining());
+        span.record(speaker, "admitted", || decision.remaining());
         (response.headers != HeaderStyle::None)
             .then(|| RateLimitHeaders::stacked(rules, &decision, response.headers))
             .map_or(Outcome::Admit(None), |headers| {
@@ -123,7 +123,7 @@ impl Outcome {
                 } else {
                     "shadow"
                 };
-                span.record(rule, outcome, decision.remaining());
+                span.record(rule, outcome, || decision.remaining());
                 if let Some(counters) = counters {
                     if decision.allowed() {
                         counters.admitted(now);
@@ -142,7 +142,7 @@ impl Outcome {
                 // Holding needs a timer: without a tokio runtime the request is refused for
                 // as long as it would have waited.
                 if tokio::runtime::Handle::try_current().is_err() {
-                    span.record(rule, "refused", 0);
+                    span.record(rule, "refused", || 0);
                     if let Some(counters) = counters {
                         counters.refused(now, Some(client));
                     }
@@ -153,7 +153,7 @@ impl Outcome {
                     ));
                 }
                 let delay = decision.delay();
-                span.record(rule, "delayed", decision.remaining());
+                span.record(rule, "delayed", || decision.remaining());
                 if let Some(counters) = counters {
                     counters.held(now, delay);
                 }
@@ -163,14 +163,14 @@ impl Outcome {
                 )
             }
             Ok(decision) if decision.allowed() => {
-                span.record(rule, "admitted", decision.remaining());
+                span.record(rule, "admitted", || decision.remaining());
                 if let Some(counters) = counters {
                     counters.admitted(now);
                 }
                 Outcome::Admit(RateLimitHeaders::sent(rule, &decision, response.headers))
             }
             Ok(decision) => {
-                span.record(rule, "refused", 0);
+                span.record(rule, "refused", || 0);
                 if let Some(counters) = counters {
                     counters.refused(now, Some(client));
                 }
@@ -178,7 +178,7 @@ impl Outcome {
             }
             Err(error) => {
                 // Failing open: a broken store must not take the service down with it.
-                span.record(rule, "admitted", 0);
+                span.record(rule, "admitted", || 0);
                 tracing::warn!(rule = rule.name(), %error, "rate-limit store failed; request admitted");
                 Outcome::Admit(None)
             }

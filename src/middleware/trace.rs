@@ -90,12 +90,20 @@ impl DecisionSpan {
         }
     }
 
-    /// Records what `rule` decided: `outcome`, and `remaining` after it.
+    /// Records what `rule` decided: `outcome`, and what `remaining` says is left after it —
+    /// asked only when a span records it (a division the decision otherwise never does
+    /// when no header shows it).
     #[inline]
-    pub(crate) fn record(&self, rule: &Rule, outcome: &'static str, remaining: u64) {
+    pub(crate) fn record(
+        &self,
+        rule: &Rule,
+        outcome: &'static str,
+        remaining: impl FnOnce() -> u64,
+    ) {
         let Some(span) = self.span.as_ref().filter(|span| !span.is_disabled()) else {
             return;
         };
+        let remaining = remaining();
         span.record("ratelimit.rule", rule.name());
         if let Some(quota) = rule.quotas().first() {
             span.record("ratelimit.limit", display(quota.rate()));
@@ -148,7 +156,7 @@ mod tests {
         let rule = rules.get("login").unwrap();
         let fields = Fields::default();
         tracing::subscriber::with_default(fields.clone(), || {
-            DecisionSpan::start("memory").record(rule, "refused", 0);
+            DecisionSpan::start("memory").record(rule, "admitted", || 3);
         });
         let recorded = fields.0.lock().unwrap().clone();
         assert_eq!(
@@ -156,8 +164,8 @@ mod tests {
             [
                 "ratelimit.rule=\"login\"",
                 "ratelimit.limit=5/1m",
-                "ratelimit.outcome=\"refused\"",
-                "ratelimit.remaining=0",
+                "ratelimit.outcome=\"admitted\"",
+                "ratelimit.remaining=3",
                 "ratelimit.store=\"memory\"",
             ]
         );
