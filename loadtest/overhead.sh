@@ -101,41 +101,38 @@ CONF
   wait_port 18081
   printf '[limits]\n"/" = "1000000/s"\n%b' "${PROFILE_TOML:-}" > "$out/profile.toml"
   n=${PROFILE_REQUESTS:-2000}
-  for count in "$n" $((2 * n)); do
-    TOKIO_WORKER_THREADS=1 RUST_LOG=warn valgrind --tool=callgrind \
-      --callgrind-out-file="$out/gateway.$count" "$gateway_bin" \
-      --config "$out/profile.toml" --listen 127.0.0.1:18083 --admin 127.0.0.1:18084 \
-      --upstream http://127.0.0.1:18081 2>/dev/null &
-    gateway=$!
-    pids+=("$gateway")
-    wait_port 18083 600
-    target/release/examples/bench_hello load --target 127.0.0.1:18083 --requests 200 2>/dev/null
-    callgrind_control --zero "$gateway" >/dev/null 2>&1
-    target/release/examples/bench_hello load --target 127.0.0.1:18083 --requests "$count" 2>/dev/null
-    callgrind_control --dump "$gateway" >/dev/null 2>&1
-    kill -TERM "$gateway"; wait "$gateway" 2>/dev/null || true
-  done
-  python3 loadtest/profile.py "$out/gateway.$n.1" "$out/gateway.$((2 * n)).1" "$n" 20 | tee "$out/profile"
-  # The same over HTTP/2 without TLS (prior knowledge), the client h2load: one connection,
-  # one stream at a time, N then 2N requests; the upstream is still spoken to in HTTP/1.1.
-  if command -v h2load >/dev/null; then
-    echo
-    echo "== profile: the same over h2c (h2load, one connection, one stream at a time)"
+  # The gateway under callgrind, warmed with 200 requests, counters zeroed, N then 2N
+  # requests sent by `load COUNT`, dumped to $out/NAME.COUNT; then the per-request profile.
+  profile_gateway() { # name, load function
+    local name=$1 load=$2 count gateway
     for count in "$n" $((2 * n)); do
       TOKIO_WORKER_THREADS=1 RUST_LOG=warn valgrind --tool=callgrind \
-        --callgrind-out-file="$out/gateway-h2c.$count" "$gateway_bin" \
+        --callgrind-out-file="$out/$name.$count" "$gateway_bin" \
         --config "$out/profile.toml" --listen 127.0.0.1:18083 --admin 127.0.0.1:18084 \
         --upstream http://127.0.0.1:18081 2>/dev/null &
       gateway=$!
       pids+=("$gateway")
       wait_port 18083 600
-      h2load -n 200 -c 1 -m 1 http://127.0.0.1:18083/ >/dev/null
+      "$load" 200 >/dev/null
       callgrind_control --zero "$gateway" >/dev/null 2>&1
-      h2load -n "$count" -c 1 -m 1 http://127.0.0.1:18083/ | grep '^status codes'
+      "$load" "$count"
       callgrind_control --dump "$gateway" >/dev/null 2>&1
       kill -TERM "$gateway"; wait "$gateway" 2>/dev/null || true
     done
-    python3 loadtest/profile.py "$out/gateway-h2c.$n.1" "$out/gateway-h2c.$((2 * n)).1" "$n" 20 | tee "$out/profile-h2c"
+    python3 loadtest/profile.py "$out/$name.$n.1" "$out/$name.$((2 * n)).1" "$n" 20
+  }
+  http1_load() { target/release/examples/bench_hello load --target 127.0.0.1:18083 --requests "$1" 2>/dev/null; }
+  # HTTP/2 without TLS (prior knowledge): one connection, one stream at a time.
+  h2c_load() { h2load -n "$1" -c 1 -m 1 http://127.0.0.1:18083/ | grep '^status codes'; }
+  # (Not in a pipeline: the function adds to `pids`, which a subshell would lose.)
+  profile_gateway gateway http1_load > "$out/profile"
+  cat "$out/profile"
+  # The same over h2c; the upstream is still spoken to in HTTP/1.1.
+  if command -v h2load >/dev/null; then
+    echo
+    echo "== profile: the same over h2c (h2load, one connection, one stream at a time)"
+    profile_gateway gateway-h2c h2c_load > "$out/profile-h2c"
+    cat "$out/profile-h2c"
   else
     echo "   no h2load (apt-get install -y nghttp2-client): the h2c profile is skipped"
   fi
