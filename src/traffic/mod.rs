@@ -8,7 +8,7 @@
 //! the per-rule `counters` count into it beside the metrics — every request while someone
 //! reads the history, else a sample (see `TrafficReport::exact_since`);
 //! at most [`Traffic::MAX_RULES`] rules are tracked (more is a config no chart helps with:
-//! the rest count in the total only).
+//! the rest are not charted, and count in the metrics only).
 //!
 //! ```
 //! use std::time::Duration;
