@@ -76,14 +76,17 @@ impl Ring<'_> {
         if j <= newest && newest != 0 {
             return newest;
         }
-        let clear = if newest == 0 {
-            self.k + 1
+        if newest == 0 || j - newest > self.k {
+            // Every sub-window the ring held has passed.
+            for count in self.words.iter_mut().skip(1) {
+                *count = 0;
+            }
         } else {
-            (j - newest).min(self.k + 1)
-        };
-        for step in 0..clear {
-            let slot = self.slot(j - step);
-            self.words[slot] = 0;
+            // The ones from just after `newest` to `j` (each index above `newest`).
+            for step in 0..j - newest {
+                let slot = self.slot(j - step);
+                self.words[slot] = 0;
+            }
         }
         self.words[0] = j;
         j
@@ -96,7 +99,10 @@ impl Ring<'_> {
         let full: u128 = (j.saturating_sub(self.k - 1)..=j)
             .map(|i| u128::from(self.count(i)))
             .sum();
-        u128::from(oldest) * (r - u128::from(e)) + full * r
+        // Saturating: stored counts and widths may be anything a damaged disk wrote.
+        u128::from(oldest)
+            .saturating_mul(r - u128::from(e))
+            .saturating_add(full.saturating_mul(r))
     }
 
     /// Nanoseconds from `now` (in sub-window `j`) until the estimate is at most `target`;
@@ -108,7 +114,7 @@ impl Ring<'_> {
         let target = target as u128;
         let r = u128::from(self.r);
         for step in 0..=self.k + 1 {
-            let at = j + step;
+            let at = j.saturating_add(step);
             let oldest = at.checked_sub(self.k).map_or(0, |i| self.count(i));
             let full: u128 = (at.saturating_sub(self.k - 1)..=at)
                 .map(|i| u128::from(self.count(i)))
@@ -120,9 +126,9 @@ impl Ring<'_> {
             let e = if oldest == 0 {
                 0
             } else {
-                r - ((target - full) * r / u128::from(oldest)).min(r)
+                r - ((target - full).saturating_mul(r) / u128::from(oldest)).min(r)
             };
-            let when = u128::from(at) * r + e;
+            let when = u128::from(at).saturating_mul(r).saturating_add(e);
             return u64::try_from(when).unwrap_or(u64::MAX).saturating_sub(now);
         }
         u64::MAX
@@ -235,7 +241,7 @@ pub(crate) fn used(words: &[u64], periods: &[(u64, u64)], now: u64) -> Vec<f64> 
             };
             let j = now / r;
             let j = j.max(ring.newest());
-            let e = (now.saturating_sub(j * r)).min(r - 1);
+            let e = (now.saturating_sub(j.saturating_mul(r))).min(r - 1);
             used.push(ring.scaled(j, e) as f64 / r as f64);
         }
         at += len;

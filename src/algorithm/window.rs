@@ -52,7 +52,7 @@ impl Counter {
         let fresh = (calendar && window > self.start)
             || self.start == 0
             || window >= self.start.saturating_add(2 * period);
-        if fresh || window == self.start + period {
+        if fresh || Some(window) == self.start.checked_add(period) {
             let previous = if fresh { 0 } else { self.current };
             let counter = Counter {
                 start: window,

@@ -107,9 +107,10 @@ impl BodyReader {
                 .starts_with("text/event-stream")
         });
         let key = match source {
+            // The last name in the pointer: an array index is never written as text.
             CostSource::Json(pointer) => pointer
                 .rsplit('/')
-                .next()
+                .find(|segment| !is_array_index(segment))
                 .unwrap_or_default()
                 .replace("~1", "/")
                 .replace("~0", "~"),
@@ -256,26 +257,36 @@ fn read_event(event: &[u8], pointer: &str, key: &str, max: u64) -> Option<Figure
     }
 }
 
+/// Whether a JSON pointer's segment is an array index (or `-`, past the end).
+fn is_array_index(segment: &str) -> bool {
+    segment == "-" || (!segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// One complete event's `data:` lines, joined and read as JSON: `None` when the event
-/// has no data, is `[DONE]` or never mentions `key`.
+/// has no data, is `[DONE]` or never mentions `key` (an event with a `\u` escape may spell
+/// it escaped, so it is read). Data that is not UTF-8 is malformed, as such a body is.
 fn event_json(event: &[u8], key: &str) -> Option<Result<serde_json::Value, Fault>> {
-    let text = std::str::from_utf8(event).ok()?;
-    if !key.is_empty() && !text.contains(key) {
+    let mentions = |needle: &[u8]| event.windows(needle.len()).any(|w| w == needle);
+    if !key.is_empty() && !mentions(key.as_bytes()) && !mentions(b"\\u") {
         return None;
     }
-    let data: Vec<&str> = text
-        .lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .map(|rest| rest.strip_prefix(' ').unwrap_or(rest))
-        .collect();
-    if data.is_empty() {
+    let mut data: Vec<u8> = Vec::new();
+    let mut lines = 0;
+    for line in event.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(rest) = line.strip_prefix(b"data:") else {
+            continue;
+        };
+        if lines > 0 {
+            data.push(b'\n');
+        }
+        data.extend_from_slice(rest.strip_prefix(b" ").unwrap_or(rest));
+        lines += 1;
+    }
+    if lines == 0 || data.trim_ascii() == b"[DONE]" {
         return None;
     }
-    let data = data.join("\n");
-    if data.trim() == "[DONE]" {
-        return None;
-    }
-    Some(serde_json::from_str(&data).map_err(|_| Fault::MalformedJson))
+    Some(serde_json::from_slice(&data).map_err(|_| Fault::MalformedJson))
 }
 
 /// Where the first event in `bytes` (searched from `from`) ends: just past the blank line
@@ -327,6 +338,31 @@ mod tests {
             read(&json("/usage/missing"), "application/json", &[body]),
             Figure::Missing
         );
+    }
+
+    /// Found by the `settle` fuzz target: events are only parsed when they mention the
+    /// pointer's last name, which for `/counts/0` was the index `0`.
+    #[test]
+    fn events_are_read_for_pointers_ending_in_an_index_or_keys_written_escaped() {
+        let stream = "data: {\"counts\":[7,8]}\n\n";
+        assert_eq!(
+            read(&json("/counts/0"), "text/event-stream", &[stream]),
+            Figure::Found(7)
+        );
+        let escaped = "data: {\"usage\":{\"total\\u005ftokens\":9}}\n\n";
+        assert_eq!(
+            read(
+                &json("/usage/total_tokens"),
+                "text/event-stream",
+                &[escaped]
+            ),
+            Figure::Found(9)
+        );
+        // Data that is not UTF-8 is malformed, as such a JSON body is, not skipped.
+        let content_type = HeaderValue::from_static("text/event-stream");
+        let mut reader = BodyReader::new(&json("/n"), Some(&content_type), 10).unwrap();
+        reader.data(b"data: {\"n\":\"\xff\"}\n\n");
+        assert_eq!(reader.finish(), Figure::Bad(Fault::MalformedJson));
     }
 
     #[test]

@@ -48,6 +48,8 @@ use std::pin::Pin;
 pub use backend::{BackendFuture, BackendStore};
 #[cfg(feature = "disk")]
 pub use disk::DiskStore;
+#[cfg(feature = "disk")]
+pub(crate) use disk::disk_value;
 pub(crate) use inspect::TopRows;
 pub use inspect::{BucketQuery, BucketRow, BucketSort, CALLER_DEFINED_PREFIX, CALLER_DEFINED_RULE};
 pub use memory::{BucketState, DamagedState, MemoryStore};

@@ -149,7 +149,8 @@ impl Layout {
             Layout::Ring => words
                 .first()
                 .and_then(|&n| usize::try_from(n).ok())
-                .is_some_and(|n| n > 0 && words.len() > 2 * n + 1),
+                .and_then(|n| n.checked_mul(2))
+                .is_some_and(|pairs| pairs > 0 && words.len() > pairs + 1),
         }
     }
 }

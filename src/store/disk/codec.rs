@@ -82,6 +82,18 @@ pub(super) fn value(value: &[u8], now: u64) -> Option<(Layout, Vec<u64>)> {
     layout.holds(&words).then_some((layout, words))
 }
 
+/// A value as the store reads it back at `now` (for the fuzz target): the bucket it holds,
+/// as a rule's or a caller-defined one, and the value written again from what was read.
+pub(crate) fn disk_value(
+    stored: &[u8],
+    now: u64,
+    caller_defined: bool,
+) -> Option<(crate::store::BucketState, Vec<u8>)> {
+    let (layout, words) = value(stored, now)?;
+    let bucket = crate::store::BucketState::from_stored(layout, &words, caller_defined)?;
+    Some((bucket, encode(refilled_at(stored)?, layout, &words)))
+}
+
 /// Makes the compaction filter that drops refilled buckets: as of the latest decision time
 /// the store has seen (so a store run on a fake clock keeps its buckets).
 pub(super) struct DropRefilled {

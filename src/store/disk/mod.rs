@@ -3,6 +3,8 @@
 mod codec;
 mod engine;
 
+pub(crate) use codec::disk_value;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

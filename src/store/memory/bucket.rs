@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::persist::{layout_words, state_from};
+use super::persist::{layout_words, stored_state};
 use super::state::State;
 use crate::clock::Timestamp;
 use crate::decision::Decision;
@@ -89,6 +89,17 @@ impl BucketState {
         bytes
     }
 
+    /// The state stored `words` of `layout` make, for a rule's bucket or a caller-defined
+    /// one, as a store reading them back builds it.
+    #[cfg(feature = "disk")]
+    pub(crate) fn from_stored(
+        layout: Layout,
+        words: &[u64],
+        caller_defined: bool,
+    ) -> Option<BucketState> {
+        stored_state(layout, words, caller_defined).map(BucketState)
+    }
+
     /// The state [`to_bytes`](Self::to_bytes) wrote; bytes it could not have written are
     /// refused.
     pub fn from_bytes(bytes: &[u8]) -> Result<BucketState, DamagedState> {
@@ -109,13 +120,9 @@ impl BucketState {
         if !layout.holds(&words) {
             return Err(damaged);
         }
-        let state = match layout {
-            Layout::Discrete => <[u64; 6]>::try_from(words.as_slice())
-                .ok()
-                .map(|words| State::Discrete(Box::new(words))),
-            _ => state_from(layout, &words),
-        };
-        state.map(BucketState).ok_or(damaged)
+        stored_state(layout, &words, layout == Layout::Discrete)
+            .map(BucketState)
+            .ok_or(damaged)
     }
 }
 
@@ -143,6 +150,69 @@ mod tests {
             &[1; 9],
         ] {
             assert!(BucketState::from_bytes(bytes).is_err(), "{bytes:?}");
+        }
+        // A ring claiming 2^63 quotas (twice that is past any length): refused, not
+        // overflowed (found by the `disk` fuzz target).
+        let mut ring = vec![6];
+        for word in [1u64 << 63, 1, 1] {
+            ring.extend_from_slice(&word.to_le_bytes());
+        }
+        assert!(BucketState::from_bytes(&ring).is_err());
+    }
+
+    /// Words from a damaged disk or a hand edit — a window starting at the end of time, a
+    /// ring's newest sub-window there — are decided on without a panic, under every
+    /// algorithm (found by the `disk` fuzz target: additions past `u64::MAX`).
+    #[test]
+    fn damaged_but_well_formed_words_are_decided_on() {
+        use std::num::NonZeroU32;
+
+        use crate::Algorithm;
+        use crate::algorithm::{CheckMode, Shaping};
+        use crate::clock::Timestamp;
+        use crate::quota::Quota;
+        use crate::store::{BucketRef, RuleId};
+
+        let quotas = [Quota::new("10/s".parse().unwrap(), NonZeroU32::new(5).unwrap()).unwrap()];
+        let words = |code: u8, words: &[u64]| {
+            let mut bytes = vec![code];
+            for word in words {
+                bytes.extend_from_slice(&word.to_le_bytes());
+            }
+            BucketState::from_bytes(&bytes).unwrap()
+        };
+        // A sliding window of 1 s (its start, its packed counts, its tag) starting at the
+        // last nanosecond; a ring of one quota (1 s in 1 s sub-windows) whose newest
+        // sub-window is the last one.
+        let damaged = [
+            words(2, &[u64::MAX - 5, 1, (1 << 63) | 1_000_000_000]),
+            words(6, &[1, 1_000_000_000, 1_000_000_000, u64::MAX, 1, 1]),
+        ];
+        for bucket in &damaged {
+            for algorithm in [
+                Algorithm::Gcra,
+                Algorithm::SlidingWindow,
+                Algorithm::FixedWindow,
+            ] {
+                for now in [0, 1, u64::MAX / 2] {
+                    let request = CheckRequest {
+                        bucket: BucketRef {
+                            rule: RuleId::new(1),
+                            client: None,
+                        },
+                        quotas: &quotas,
+                        cost: 1,
+                        algorithm,
+                        strict: false,
+                        shaping: &Shaping::NONE,
+                        now: Timestamp::from_unix_nanos(now),
+                        mode: CheckMode::Consume,
+                    };
+                    let mut decided = bucket.clone();
+                    let _ = decided.decide(&request);
+                    assert!(BucketState::from_bytes(&decided.to_bytes()).is_ok());
+                }
+            }
         }
     }
 }

@@ -157,19 +157,9 @@ impl MemoryStore {
         words: Vec<u64>,
         now: u64,
     ) -> bool {
-        let state = if bucket.rule == RuleId::CALLER_DEFINED {
-            let Ok(words) = <[u64; 6]>::try_from(words.as_slice()) else {
-                return false;
-            };
-            if layout != Layout::Discrete {
-                return false;
-            }
-            State::Discrete(Box::new(words))
-        } else {
-            match state_from(layout, &words) {
-                Some(state) => state,
-                None => return false,
-            }
+        let Some(state) = stored_state(layout, &words, bucket.rule == RuleId::CALLER_DEFINED)
+        else {
+            return false;
         };
         let entry = Entry {
             rule: bucket.rule,
@@ -255,6 +245,19 @@ fn restored_state(rules: &StoreRules, key: &str, record: &Record) -> Option<(Rul
     Some((rule.id, state_from(record.layout, words)?))
 }
 
+/// The state stored `words` of `layout` make, as a bucket of a rule or a caller-defined
+/// (`RL.*`) one: the latter are always `discrete`, the former never. `None` for words no
+/// bucket could have written.
+pub(super) fn stored_state(layout: Layout, words: &[u64], caller_defined: bool) -> Option<State> {
+    if caller_defined {
+        if layout != Layout::Discrete {
+            return None;
+        }
+        return Some(State::Discrete(Box::new(<[u64; 6]>::try_from(words).ok()?)));
+    }
+    state_from(layout, words)
+}
+
 /// The state stored `words` in `layout` stand for (a rule's bucket: not a caller-defined
 /// one), if they are well formed.
 pub(super) fn state_from(layout: Layout, words: &[u64]) -> Option<State> {
@@ -277,7 +280,7 @@ pub(super) fn state_from(layout: Layout, words: &[u64]) -> Option<State> {
         }
         Layout::Ring => {
             let n = usize::try_from(*words.first()?).ok()?;
-            let pairs = words.get(1..=2 * n)?;
+            let pairs = words.get(1..=n.checked_mul(2)?)?;
             let periods: Box<[(u64, u64)]> = pairs
                 .chunks_exact(2)
                 .map(|pair| (pair[0], pair[1]))

@@ -283,7 +283,9 @@ impl State {
                             0.0
                         };
                         counter.previous as f64 * weight + counter.current as f64
-                    } else if tag & SLIDING_BIT != 0 && window == counter.start + measure {
+                    } else if tag & SLIDING_BIT != 0
+                        && Some(window) == counter.start.checked_add(measure)
+                    {
                         counter.current as f64 * (measure - (now - window)) as f64 / measure as f64
                     } else {
                         0.0
