@@ -69,6 +69,9 @@ pub(super) async fn serve<St: Store, S: AsyncRead + AsyncWrite + Unpin>(
                             tracing::warn!(
                                 "RESP listener: an HTTP request (POST or Host:) on the port; closed"
                             );
+                            // The commands before it are answered, however the bytes
+                            // arrived: as if each had come in a read of its own.
+                            let _ = write(&mut stream, &mut output, idle).await;
                             return;
                         }
                         commands::execute(shared, &mut session, args, &mut output).await;

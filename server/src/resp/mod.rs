@@ -20,7 +20,8 @@
 //! - Bounded: connections, arguments, command and output sizes, idle time
 //!   ([`RespOptions`]). Hostile input gets an error and a closed connection.
 //!
-//! [`serve`] is its one entry point, on any listener; the gateway starts it with `--resp`.
+//! [`serve`] is its entry point, on any listener (the gateway starts it with `--resp`);
+//! [`serve_stream`] serves one connection on any byte stream.
 
 mod commands;
 mod connection;
@@ -102,6 +103,37 @@ pub async fn serve<St: Store>(
     }
     drop(listener);
     tasks.shutdown().await;
+}
+
+/// Serves one client on `stream` — any byte stream: a Unix socket, a connection accepted
+/// elsewhere, an in-memory pipe — until it quits, goes quiet past `idle_timeout`, breaks
+/// the protocol or hangs up. The caller owns the stream, so `max_connections` and `tls` do
+/// not apply; everything else in `options` does.
+///
+/// ```
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// use tollgate::Limits;
+/// use tollgate_server::resp::{self, RespOptions};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limits = Limits::from_toml("[limits]\nlogin = \"5/min\"\n")?;
+/// let (mut client, server) = tokio::io::duplex(4096);
+/// let serving = tokio::spawn(resp::serve_stream(limits, server, RespOptions::default()));
+/// client.write_all(b"PING\r\n").await?;
+/// client.shutdown().await?;
+/// let mut answer = String::new();
+/// client.read_to_string(&mut answer).await?;
+/// assert_eq!(answer, "+PONG\r\n");
+/// serving.await?;
+/// # Ok(()) }
+/// ```
+pub async fn serve_stream<St, S>(limits: Limits<St>, stream: S, options: RespOptions)
+where
+    St: Store,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let shared = state::Shared::new(limits, options);
+    connection::serve(stream, &shared).await;
 }
 
 /// Tells a client over the connection cap why, and closes.
