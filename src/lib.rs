@@ -87,6 +87,8 @@ struct LimitingDoctests;
 pub mod clock;
 pub mod concurrency;
 pub mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod key;
 pub mod middleware;
 pub mod reload;

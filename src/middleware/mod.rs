@@ -48,9 +48,11 @@ mod trace;
 mod upgrade;
 mod usage;
 
+pub(crate) use figure::{BodyReader, Figure};
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
 pub use read_body::{
     ReadBody, ReadBodyFuture, ReadBodyLayer, ReplayBody, Replayed, RequestBodyStyle,
 };
 pub use service::RateLimit;
+pub(crate) use usage::MAX_COUNT as MAX_USAGE_COUNT;

@@ -17,6 +17,7 @@ mod container;
 mod disk;
 mod environment;
 mod faults;
+mod fuzz_corpus;
 mod gateway;
 mod grpc;
 mod grpc_protos;

@@ -54,6 +54,22 @@ impl RuleSet {
             .map_err(ConfigError::Invalid)
     }
 
+    /// Compiles named texts, each a membership table or not, as a reload does with what it
+    /// read (for the fuzz targets).
+    pub(crate) fn compile_texts(
+        sources: &[(&std::path::Path, &str, bool)],
+    ) -> Result<RuleSet, Vec<Diagnostic>> {
+        let texts: Vec<SourceText> = sources
+            .iter()
+            .map(|&(path, text, members)| {
+                let mut read = SourceText::new(path, text);
+                read.members = members;
+                read
+            })
+            .collect();
+        RuleSet::compile(&texts, None, &Extensions::default())
+    }
+
     /// Validates and compiles `sources`, later files overriding earlier ones rule by rule
     /// and setting by setting.
     ///
