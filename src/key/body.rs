@@ -235,6 +235,24 @@ impl Found<'_> {
         self.wanted.iter().any(|p| under(p)) || CEILINGS.iter().any(|p| under(p)) || under(MODEL)
     }
 
+    /// Forgets what was found at `path` and below, which a key met again replaces: with a
+    /// key written twice the last one counts, as for the JSON parsers upstreams use (a
+    /// `model` or a pointer's value read from the first would not be what the upstream
+    /// reads). The output ceiling and the prompt's length keep the larger reading.
+    fn forget_at(&mut self, path: &str) {
+        if path == MODEL {
+            self.model = None;
+        }
+        for (pointer, slot) in &mut self.values {
+            if slot.is_some()
+                && pointer.starts_with(path)
+                && matches!(pointer.as_bytes().get(path.len()), None | Some(b'/'))
+            {
+                *slot = None;
+            }
+        }
+    }
+
     /// Keeps a scalar found at `path`.
     fn scalar(&mut self, path: &str, value: Scalar<'_>) {
         if path == MODEL
@@ -377,6 +395,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
             path.truncate(base);
             path.push('/');
             push_escaped(path, &key);
+            found.forget_at(path);
             let child = match text {
                 Text::Off if top && PROMPT_FIELDS.contains(&key.as_ref()) => Text::Counted,
                 Text::Off => Text::Off,
@@ -466,6 +485,22 @@ mod tests {
             RequestJson::read(br#"{"prompt":"abcdefghi"}"#, &[]).prompt_tokens(),
             3
         );
+    }
+
+    /// Found by the `request_body` fuzz target: with a key written twice, the first
+    /// reading was kept where the upstream's parser (Python's, Go's, JavaScript's) takes
+    /// the last — a `model` or a key part the upstream never sees.
+    #[test]
+    fn a_key_written_twice_counts_as_the_upstream_reads_it_the_last_time() {
+        let pointers = ["/user/id".to_owned(), "/team".to_owned()];
+        let body = br#"{"model":"cheap","user":{"id":"victim"},"team":"a",
+            "model":"dear","user":{"name":"x"},"team":{"not":"a scalar"}}"#;
+        let json = RequestJson::read(body, &pointers);
+        assert_eq!(json.model(), Some("dear"));
+        assert_eq!(json.value("/user/id"), None);
+        assert_eq!(json.value("/team"), None);
+        let json = RequestJson::read(br#"{"team":"a","team":"b"}"#, &pointers);
+        assert_eq!(json.value("/team"), Some("b"));
     }
 
     #[test]
