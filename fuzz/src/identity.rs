@@ -25,8 +25,9 @@ fn altered(token: &str, at: usize) -> Option<String> {
 
 /// `jwt`: a request's token. Never panics; a token the target did not sign is never
 /// accepted, however it is made (`alg: none`, another algorithm, a forged signature);
-/// claims the target signs come back as signed when accepted, and that token with one
-/// signature or payload character changed is refused.
+/// claims the target signs are accepted only with an expiry, the issuer and the audience
+/// set, and come back as signed; that token with one signature or payload character
+/// changed is refused.
 ///
 /// The input is a JSON object of claims, a newline, then a token as a client sends it.
 pub fn jwt(data: &[u8]) {
@@ -53,6 +54,19 @@ pub fn jwt(data: &[u8]) {
     };
     if let Ok(verified) = verifier.check(&token) {
         assert!(verified.expires().is_some(), "accepted without exp");
+        assert_eq!(
+            verified.get("iss").as_deref(),
+            Some("https://id.example/"),
+            "accepted from another issuer, or none"
+        );
+        let audience = claims.get("aud");
+        assert!(
+            audience == Some(&Value::from("api"))
+                || audience
+                    .and_then(Value::as_array)
+                    .is_some_and(|list| list.contains(&Value::from("api"))),
+            "accepted for another audience, or none: {audience:?}"
+        );
         for (name, value) in &claims {
             if let Value::String(text) = value {
                 assert_eq!(

@@ -18,7 +18,13 @@ impl Claims {
 
     /// The token's `exp`, in Unix seconds.
     pub fn expires(&self) -> Option<u64> {
-        self.0.get("exp")?.as_u64()
+        let exp = self.0.get("exp")?;
+        // A NumericDate may have a fraction (RFC 7519 §2): its whole seconds.
+        exp.as_u64().or_else(|| {
+            exp.as_f64()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .map(|x| x as u64)
+        })
     }
 
     /// The claim `name` as key text: a string as it is, a number or boolean as written;

@@ -156,6 +156,12 @@ impl JwtVerifier {
             let mut validation = Validation::new(algorithm);
             validation.leeway = settings.leeway;
             validation.validate_nbf = true;
+            // jsonwebtoken checks `iss` and `aud` only when a token has them: a token
+            // without them would pass a check it never met. Required when set.
+            let mut required = vec!["exp"];
+            required.extend(settings.issuer.as_ref().map(|_| "iss"));
+            required.extend(settings.audience.as_ref().map(|_| "aud"));
+            validation.set_required_spec_claims(&required);
             match &settings.issuer {
                 Some(issuer) => validation.set_issuer(&[issuer]),
                 None => validation.iss = None,
@@ -267,5 +273,60 @@ impl JwtVerifier {
             }
         }
         Err(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jsonwebtoken::{EncodingKey, Header};
+    use serde_json::json;
+
+    use super::*;
+
+    const SECRET: &[u8] = b"a-secret-of-at-least-32-bytes-ok";
+
+    fn token(claims: &serde_json::Value) -> String {
+        jsonwebtoken::encode(
+            &Header::default(),
+            claims,
+            &EncodingKey::from_secret(SECRET),
+        )
+        .unwrap()
+    }
+
+    /// Found by the `jwt` fuzz target: with `issuer` and `audience` set, a token that
+    /// had neither claim was accepted (jsonwebtoken checks them only when present).
+    #[test]
+    fn an_issuer_or_audience_set_is_required_not_only_checked_when_present() {
+        let mut settings = JwtSettings::default();
+        settings.issuer = Some("https://id.example/".to_owned());
+        settings.audience = Some("api".to_owned());
+        let verifier = JwtVerifier::from_secret(SECRET, &settings).unwrap();
+        let exp = 4_102_444_800u64;
+        let whole = json!({"sub": "u", "iss": "https://id.example/", "aud": "api", "exp": exp});
+        assert!(verifier.check(&token(&whole)).is_ok());
+        for missing in ["iss", "aud"] {
+            let mut claims = whole.clone();
+            claims.as_object_mut().unwrap().remove(missing);
+            assert_eq!(
+                verifier.check(&token(&claims)).unwrap_err(),
+                Invalid::MissingClaim,
+                "a token without {missing}"
+            );
+        }
+        // Neither set: neither required.
+        let open = JwtVerifier::from_secret(SECRET, &JwtSettings::default()).unwrap();
+        assert!(open.check(&token(&json!({"sub": "u", "exp": exp}))).is_ok());
+    }
+
+    /// A NumericDate may have a fraction (RFC 7519 §2), which jsonwebtoken accepts: such a
+    /// token's expiry is still known, so it is cached like any other.
+    #[test]
+    fn a_fractional_expiry_is_an_expiry() {
+        let verifier = JwtVerifier::from_secret(SECRET, &JwtSettings::default()).unwrap();
+        let claims = verifier
+            .check(&token(&json!({"sub": "u", "exp": 4_102_444_800.75})))
+            .unwrap();
+        assert_eq!(claims.expires(), Some(4_102_444_800));
     }
 }
