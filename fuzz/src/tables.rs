@@ -60,6 +60,22 @@ pub fn envoy_yaml(data: &[u8]) {
     }
 }
 
+/// Compiles `config` (as `rules.toml`) with the membership table it names (`table`, as
+/// `name`), as a reload does: an accepted set is checked and handed to `accepted`; a
+/// refusal must point inside one of the two files.
+fn compile_with_table(config: &str, name: &str, table: &str, accepted: impl FnOnce(&RuleSet)) {
+    let (config_path, table_path) = (Path::new("rules.toml"), Path::new(name));
+    match compile(&[(config_path, config, false), (table_path, table, true)]) {
+        Ok(rules) => {
+            check_rule_set(&rules);
+            accepted(&rules);
+        }
+        Err(diagnostics) => {
+            check_diagnostics(&diagnostics, &[(config_path, config), (table_path, table)]);
+        }
+    }
+}
+
 /// The config naming the member table the `plan_members` target writes.
 const PLANS_CONFIG: &str = r#"[plans]
 default = "free"
@@ -75,31 +91,24 @@ pro = "1000/min"
 
 /// `plan_members`: a `[plans] members` table (`"identity" = "plan"`). Never panics; a
 /// refusal points inside the table; an accepted table keeps the row the target put first,
-/// and every plan it gives is a plan name.
+/// and holds no more members than rows.
 pub fn plan_members(data: &[u8]) {
     let Ok(rows) = std::str::from_utf8(data) else {
         return;
     };
     let table = format!("\"fuzz-member\" = \"pro\"\n{rows}");
-    let (config, members) = (Path::new("rules.toml"), Path::new("plans.toml"));
-    match compile(&[(config, PLANS_CONFIG, false), (members, &table, true)]) {
-        Ok(rules) => {
-            check_rule_set(&rules);
-            let plans = rules.plans();
-            assert_eq!(
-                plans.member_plan("fuzz-member"),
-                Some("pro"),
-                "the first row was lost"
-            );
-            assert!(
-                plans.members() <= table.matches('=').count(),
-                "more members than rows"
-            );
-        }
-        Err(diagnostics) => {
-            check_diagnostics(&diagnostics, &[(config, PLANS_CONFIG), (members, &table)]);
-        }
-    }
+    compile_with_table(PLANS_CONFIG, "plans.toml", &table, |rules| {
+        let plans = rules.plans();
+        assert_eq!(
+            plans.member_plan("fuzz-member"),
+            Some("pro"),
+            "the first row was lost"
+        );
+        assert!(
+            plans.members() <= table.matches('=').count(),
+            "more members than rows"
+        );
+    });
 }
 
 /// The config naming the key table the `api_keys` target writes.
@@ -119,7 +128,8 @@ const KNOWN_KEY: &[u8] = b"tg_fuzz_known_key";
 
 /// `api_keys`: an `[identity.api_keys] members` table (`"SHA-256 hex" = { id, plan }`).
 /// Never panics; a refusal points inside the table; an accepted table knows the key whose
-/// row the target put first, as its owner, and no key it was not given.
+/// row the target put first, as its owner, no key it was not given, and no more keys than
+/// rows.
 pub fn api_keys(data: &[u8]) {
     let Ok(rows) = std::str::from_utf8(data) else {
         return;
@@ -128,28 +138,21 @@ pub fn api_keys(data: &[u8]) {
         "\"{}\" = {{ id = \"fuzz-owner\" }}\n{rows}",
         ApiKeys::digest_hex(KNOWN_KEY)
     );
-    let (config, members) = (Path::new("rules.toml"), Path::new("keys.toml"));
-    match compile(&[(config, KEYS_CONFIG, false), (members, &table, true)]) {
-        Ok(rules) => {
-            check_rule_set(&rules);
-            let keys = rules
-                .client_settings()
-                .api_keys
-                .as_ref()
-                .expect("an accepted key table is in force");
-            let owner = keys.owner(KNOWN_KEY).expect("the first row was lost");
-            assert_eq!(&*owner.id, "fuzz-owner");
-            assert!(
-                keys.owner(b"tg_never_issued").is_none(),
-                "an unknown key is known"
-            );
-            assert!(
-                keys.len() <= table.matches('=').count(),
-                "more keys than rows"
-            );
-        }
-        Err(diagnostics) => {
-            check_diagnostics(&diagnostics, &[(config, KEYS_CONFIG), (members, &table)]);
-        }
-    }
+    compile_with_table(KEYS_CONFIG, "keys.toml", &table, |rules| {
+        let keys = rules
+            .client_settings()
+            .api_keys
+            .as_ref()
+            .expect("an accepted key table is in force");
+        let owner = keys.owner(KNOWN_KEY).expect("the first row was lost");
+        assert_eq!(&*owner.id, "fuzz-owner");
+        assert!(
+            keys.owner(b"tg_never_issued").is_none(),
+            "an unknown key is known"
+        );
+        assert!(
+            keys.len() <= table.matches('=').count(),
+            "more keys than rows"
+        );
+    });
 }

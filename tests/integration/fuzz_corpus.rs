@@ -4,38 +4,20 @@
 //! and the list of targets (`fuzz/targets.toml`) checked against the targets present.
 //! The service's target (`resp`) is replayed by the service's tests.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 #[path = "../../fuzz/src/lib.rs"]
 mod checks;
+#[path = "../../fuzz/src/replay.rs"]
+mod saved;
 
-/// The inputs saved for `target`, seeds and findings, in a stable order.
-fn inputs(target: &str) -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
-    let mut files = Vec::new();
-    for folder in ["seeds", "regressions"] {
-        let Ok(entries) = std::fs::read_dir(root.join(folder).join(target)) else {
-            continue;
-        };
-        files.extend(entries.map(|entry| entry.unwrap().path()));
-    }
-    files.sort();
-    files
-}
-
-/// Runs `check` on each saved input of `target`, naming the input that fails.
+/// Runs `check` on each saved input of `target`, seeds and findings.
 fn replay(target: &str, check: fn(&[u8])) {
-    let files = inputs(target);
-    assert!(
-        files.len() >= 5,
-        "the {target} seed corpus is missing ({} files)",
-        files.len()
+    saved::replay(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz"),
+        target,
+        check,
     );
-    for file in files {
-        let data = std::fs::read(&file).unwrap();
-        let outcome = std::panic::catch_unwind(|| check(&data));
-        assert!(outcome.is_ok(), "fuzz input {} fails", file.display());
-    }
 }
 
 #[test]
