@@ -298,9 +298,11 @@ mod tests {
     /// had neither claim was accepted (jsonwebtoken checks them only when present).
     #[test]
     fn an_issuer_or_audience_set_is_required_not_only_checked_when_present() {
-        let mut settings = JwtSettings::default();
-        settings.issuer = Some("https://id.example/".to_owned());
-        settings.audience = Some("api".to_owned());
+        let settings = JwtSettings {
+            issuer: Some("https://id.example/".to_owned()),
+            audience: Some("api".to_owned()),
+            ..JwtSettings::default()
+        };
         let verifier = JwtVerifier::from_secret(SECRET, &settings).unwrap();
         let exp = 4_102_444_800u64;
         let whole = json!({"sub": "u", "iss": "https://id.example/", "aud": "api", "exp": exp});
